@@ -1,0 +1,139 @@
+"""The Search-R1 inference protocol as pure functions: no torch, no I/O.
+
+Every string here is byte-exact to what the LLDS / Search-R1 checkpoints were trained on
+(see PROTOCOL.md). A model only behaves as published when it sees exactly these.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+INSTRUCTION = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> "
+    "first every time you get new information. After reasoning, if you find you lack "
+    "some knowledge, you can call a search engine by <search> query </search> and it "
+    "will return the top searched results between <information> and </information>. "
+    "You can search as many times as your want. If you find no further external "
+    "knowledge needed, you can directly provide the answer inside <answer> and "
+    "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>. "
+    "Question: {question}\n"
+)
+
+INVALID_ACTION_MESSAGE = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between "
+    "<search> and </search>. If I want to give the final answer, I should put the answer "
+    "between <answer> and </answer>. Let me try again.\n"
+)
+
+# Stop strings for one turn. Search-R1 stops on `</search>` with an optional leading space
+# and trailing newlines; listing the variants lets string-matching servers stop too.
+SEARCH_STOPS = ("</search>", " </search>", "</search>\n", " </search>\n", "</search>\n\n",
+                " </search>\n\n")
+ANSWER_STOP = "</answer>"
+STOP_STRINGS = (*SEARCH_STOPS, ANSWER_STOP)
+
+# Qwen2.5 end-of-sequence ids: <|im_end|> and <|endoftext|>.
+QWEN_EOS_IDS = (151645, 151643)
+
+_ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_INFORMATION_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
+
+
+def normalize_question(question: str) -> str:
+    """Strip the question and make it end with a question mark, as Search-R1 does."""
+    question = question.strip()
+    if not question.endswith("?"):
+        question += "?"
+    return question
+
+
+def user_message(question: str) -> str:
+    """The single-line user turn of the Search-R1 prompt (with its trailing newline)."""
+    return INSTRUCTION.format(question=normalize_question(question))
+
+
+def build_prompt(question: str, tokenizer: Any = None) -> str:
+    """The full prompt text: the user message, chat-templated when the tokenizer has one."""
+    message = user_message(question)
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": message}], add_generation_prompt=True, tokenize=False
+        )
+    return message
+
+
+def cut_turn(text: str) -> str:
+    """Cut a generated turn after the first `</search>`, else after the first `</answer>`."""
+    for tag in ("</search>", "</answer>"):
+        end = text.find(tag)
+        if end != -1:
+            return text[: end + len(tag)]
+    return text
+
+
+def find_stop(text: str) -> int:
+    """Index just past the first stop tag in `text`, or -1 when there is none yet."""
+    ends = [i + len(tag) for tag in ("</search>", "</answer>") if (i := text.find(tag)) != -1]
+    return min(ends) if ends else -1
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "search", "answer" or "invalid"
+    content: str = ""
+
+
+def parse_action(text: str) -> Action:
+    """The first `<search>` or `<answer>` block of a turn; `invalid` when there is none."""
+    match = _ACTION_RE.search(text)
+    if match is None:
+        return Action("invalid")
+    return Action(match.group(1), match.group(2).strip())
+
+
+def observation(rendered_docs: str) -> str:
+    """The text inserted after a search: the documents wrapped in <information> tags."""
+    return f"\n\n<information>{rendered_docs.strip()}</information>\n\n"
+
+
+def split_title(contents: str) -> tuple[str, str]:
+    """Split wiki-18 `contents` into (title line, rest). The title keeps its quotes."""
+    title, _, text = contents.partition("\n")
+    return title, text
+
+
+def render_documents(contents: Iterable[str]) -> str:
+    """Documents as the model saw them in training: `Doc {i}(Title: {title}) {text}\\n`."""
+    parts = []
+    for i, doc in enumerate(contents, start=1):
+        title, text = split_title(doc)
+        parts.append(f"Doc {i}(Title: {title}) {text}\n")
+    return "".join(parts)
+
+
+def extract_answer(response: str) -> str | None:
+    """The content of the last `<answer>` in the model's response, stripped; None if absent.
+
+    Only the response is searched: the prompt's own `<answer> Beijing </answer>` example
+    must never count as a prediction, and neither may a tag that a retrieved document
+    happens to contain, so `<information>` blocks are dropped first.
+    """
+    matches = _ANSWER_RE.findall(_INFORMATION_RE.sub("", response))
+    return matches[-1].strip() if matches else None
+
+
+def contents_of(docs: Sequence[Any]) -> list[str]:
+    """`contents` strings from Doc objects, dicts ({"contents"} or {"document": {...}}) or str."""
+    out = []
+    for doc in docs:
+        if isinstance(doc, str):
+            out.append(doc)
+        elif isinstance(doc, dict):
+            out.append((doc.get("document") or doc)["contents"])
+        else:
+            out.append(doc.contents)
+    return out

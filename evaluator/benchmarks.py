@@ -1,0 +1,327 @@
+"""The seven Search-R1 QA benchmarks as data, and loaders for the places they live.
+
+Three sources, in the order a user is likely to have them:
+  1. the FlashRAG packaging on the Hugging Face Hub (`RUC-NLPIR/FlashRAG_datasets`);
+  2. a local directory of FlashRAG-style files (`--data-dir`);
+  3. Search-R1's merged `test.parquet` (the file its own evaluation script reads).
+Heavy libraries (datasets, pandas) are imported only by the loader that needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HUB_DATASET = "RUC-NLPIR/FlashRAG_datasets"
+# Search-R1 takes each benchmark's test split, else dev, else train.
+SPLIT_PREFERENCE = ("test", "dev", "train")
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    split: str
+    size: int  # the full split as FlashRAG packages it
+    in_domain: bool  # NQ and HotpotQA train were the training data
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("nq", "test", 3610, True),
+        Benchmark("triviaqa", "test", 11313, False),
+        Benchmark("popqa", "test", 14267, False),
+        Benchmark("hotpotqa", "dev", 7405, True),
+        Benchmark("2wikimultihopqa", "dev", 12576, False),
+        Benchmark("musique", "dev", 2417, False),
+        Benchmark("bamboogle", "test", 125, False),
+    )
+}
+BENCHMARK_NAMES = tuple(BENCHMARKS)
+IN_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if b.in_domain)
+OUT_OF_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if not b.in_domain)
+
+
+@dataclass
+class Question:
+    id: str
+    dataset: str
+    question: str
+    golden_answers: list[str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class DataError(Exception):
+    """A benchmark could not be loaded; the message says what to do about it."""
+
+
+class DataWarning(UserWarning):
+    """A benchmark loaded but is not what the published protocol used (size, split)."""
+
+
+def where_to_put_files(name: str) -> str:
+    split = BENCHMARKS[name].split if name in BENCHMARKS else "test"
+    return (
+        f"Put the FlashRAG file at DIR/{name}/{split}.jsonl (or DIR/{name}.jsonl; .json and "
+        f".parquet also work; records with id, question, golden_answers) and pass "
+        f"--data-dir DIR, or pass --merged-parquet PATH to Search-R1's merged test.parquet."
+    )
+
+
+# ---------------------------------------------------------------------------- records
+
+
+def _plain(value: Any) -> Any:
+    """numpy arrays / scalars from parquet into plain Python lists and values."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()  # an object array's items (dicts) still need converting
+        if not isinstance(value, list):
+            return value
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _answers(value: Any) -> list[str]:
+    value = _plain(value)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def question_from_record(record: Mapping[str, Any], dataset: str, index: int) -> Question:
+    """A FlashRAG record (`id`, `question`, `golden_answers`, `metadata`) as a Question."""
+    golden = record.get("golden_answers")
+    if golden is None:  # some hand-made files say answers/answer
+        golden = record.get("answers", record.get("answer"))
+    if record.get("question") is None:
+        raise DataError(f"{dataset} record {index} has no 'question' field: {dict(record)!r}")
+    metadata = _plain(record.get("metadata")) or {}
+    return Question(
+        id=str(record.get("id") if record.get("id") is not None else f"{dataset}_{index}"),
+        dataset=dataset,
+        question=str(record["question"]),
+        golden_answers=_answers(golden),
+        metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
+    )
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or .parquet file."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        return [_plain(r) for r in pd.read_parquet(path).to_dict("records")]
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # FlashRAG ships JSON lines under .json names too
+        if isinstance(data, list):
+            return data
+        if isinstance(data, dict) and isinstance(data.get("data"), list):
+            return data["data"]
+        if isinstance(data, dict):
+            return [data]
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}:{number}: not valid JSON ({error})") from error
+    return records
+
+
+# ---------------------------------------------------------------------------- sources
+
+
+def local_candidates(data_dir: Path, name: str) -> list[Path]:
+    """Files that may hold `name` under data_dir, best first (split preference, suffix)."""
+    data_dir = Path(data_dir)
+    paths = [data_dir / name / f"{split}{suffix}" for split in SPLIT_PREFERENCE
+             for suffix in FILE_SUFFIXES]
+    paths += [data_dir / f"{name}{suffix}" for suffix in FILE_SUFFIXES]
+    return paths
+
+
+def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, Path]:
+    """Questions from a FlashRAG-style directory: (questions, split found or None, path)."""
+    for path in local_candidates(data_dir, name):
+        if path.is_file():
+            split = path.stem if path.parent.name == name else None
+            records = read_records(path)
+            return [question_from_record(r, name, i) for i, r in enumerate(records)], split, path
+    raise DataError(f"No file for {name!r} in {data_dir}. {where_to_put_files(name)}")
+
+
+def load_hub(name: str, split: str) -> list[Question]:
+    """Questions from the FlashRAG packaging on the Hub (or the local datasets cache)."""
+    import datasets
+
+    try:
+        rows = datasets.load_dataset(HUB_DATASET, name, split=split)
+    except (ConnectionError, OSError) as error:
+        raise DataError(
+            f"Could not load {name!r} ({split}) from the Hugging Face Hub ({HUB_DATASET}): "
+            f"the Hub is unreachable and the dataset is not cached ({error}). "
+            f"{where_to_put_files(name)}"
+        ) from error
+    except Exception as error:  # a missing config or split, a bad cache: say which
+        raise DataError(
+            f"Could not load {name!r} ({split}) from {HUB_DATASET}: {error}. "
+            f"{where_to_put_files(name)}"
+        ) from error
+    return [question_from_record(r, name, i) for i, r in enumerate(rows)]
+
+
+def question_from_prompt(prompt: Any) -> str | None:
+    """The question text of a Search-R1 prompt: what follows its last "Question: "."""
+    prompt = _plain(prompt)
+    if isinstance(prompt, list):  # chat messages: the user turn holds the instruction
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    if not isinstance(prompt, str) or "Question: " not in prompt:
+        return None
+    # a chat-templated string carries the template's end-of-turn marker after the question
+    return prompt.rsplit("Question: ", 1)[1].split("<|im_end|>", 1)[0].strip()
+
+
+def merged_question(record: Mapping[str, Any], index: int) -> Question:
+    """A record of Search-R1's merged test.parquet as a Question."""
+    record = _plain(record)
+    dataset = str(record.get("data_source"))
+    question = record.get("question") or question_from_prompt(record.get("prompt"))
+    if not question:
+        raise DataError(f"merged record {index} ({dataset}) has no question or prompt")
+    target = ((record.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+    golden = target if target is not None else record.get("golden_answers")
+    extra = record.get("extra_info") or {}
+    local_index = extra.get("index", index) if isinstance(extra, dict) else index
+    qid = record.get("id")
+    return Question(
+        id=str(qid if qid is not None else f"{dataset}_{local_index}"),
+        dataset=dataset,
+        question=str(question).strip(),
+        golden_answers=_answers(golden),
+        metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else {},
+    )
+
+
+def load_merged(path: Path, name: str) -> list[Question]:
+    """One benchmark's questions out of Search-R1's merged test.parquet (by data_source)."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"Merged parquet {path} does not exist.")
+    frame = pd.read_parquet(path)
+    if "data_source" not in frame.columns:
+        raise DataError(f"{path} has no data_source column; is it Search-R1's test.parquet?")
+    rows = frame[frame["data_source"] == name].to_dict("records")
+    if not rows:
+        present = sorted(str(s) for s in frame["data_source"].unique())
+        raise DataError(f"{path} has no {name!r} rows (data sources: {', '.join(present)}).")
+    return [merged_question(r, i) for i, r in enumerate(rows)]
+
+
+# ---------------------------------------------------------------------------- selection
+
+
+def select(
+    questions: list[Question], limit: int | None = None, sample: int | None = None, seed: int = 0
+) -> list[Question]:
+    """First `limit` questions (FlashRAG's protocol uses 1000), or a seeded random sample.
+
+    A sample keeps the file order so runs over the same seed line up question by question.
+    """
+    if limit is not None and sample is not None:
+        raise DataError("Give either a limit or a sample, not both.")
+    if limit is not None:
+        return questions[: max(limit, 0)]
+    if sample is not None:
+        if sample >= len(questions):
+            return list(questions)
+        chosen = sorted(random.Random(seed).sample(range(len(questions)), max(sample, 0)))
+        return [questions[i] for i in chosen]
+    return list(questions)
+
+
+def check_size(name: str, count: int, split: str | None) -> list[str]:
+    """Warnings when the full set is not the split and size the published numbers used."""
+    bench = BENCHMARKS.get(name)
+    if bench is None:
+        return [f"{name!r} is not one of the seven Search-R1 benchmarks; no size to check."]
+    notes = []
+    if split is not None and split != bench.split:
+        notes.append(f"{name}: loaded the {split!r} split; Search-R1 uses {bench.split!r}.")
+    if count != bench.size:
+        notes.append(
+            f"{name}: the full set has {count:,} questions, expected {bench.size:,} "
+            f"({bench.split}); numbers will not be comparable with published ones."
+        )
+    return notes
+
+
+def load_with_warnings(
+    name: str,
+    data_dir: str | Path | None = None,
+    merged_parquet: str | Path | None = None,
+    limit: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> tuple[list[Question], list[str]]:
+    """Load and select one benchmark; returns the questions and the warnings as text."""
+    if name not in BENCHMARKS and data_dir is None and merged_parquet is None:
+        raise DataError(
+            f"Unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)} "
+            f"(other sets load from --data-dir or --merged-parquet)."
+        )
+    split: str | None
+    if merged_parquet is not None:
+        questions = load_merged(Path(merged_parquet), name)
+        split = None  # the merged file does not record it; Search-R1 built it by the rule
+    elif data_dir is not None:
+        questions, split, _ = load_local(Path(data_dir), name)
+    else:
+        split = BENCHMARKS[name].split
+        questions = load_hub(name, split)
+    notes = check_size(name, len(questions), split)
+    return select(questions, limit=limit, sample=sample, seed=seed), notes
+
+
+def load_benchmark(
+    name: str,
+    data_dir: str | Path | None = None,
+    merged_parquet: str | Path | None = None,
+    limit: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> list[Question]:
+    """Load and select one benchmark, reporting size/split mismatches as DataWarning."""
+    questions, notes = load_with_warnings(name, data_dir, merged_parquet, limit, sample, seed)
+    for note in notes:
+        warnings.warn(note, DataWarning, stacklevel=2)
+    return questions
+
+
+def resolve_names(names: Iterable[str] | None) -> list[str]:
+    """Benchmark names in canonical order; None or "all" means all seven."""
+    if names is None:
+        return list(BENCHMARK_NAMES)
+    names = list(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not names or "all" in names:
+        return list(BENCHMARK_NAMES)
+    known = [n for n in BENCHMARK_NAMES if n in names]
+    return known + [n for n in names if n not in BENCHMARKS]

