@@ -1,0 +1,207 @@
+"""The Search-R1 multi-turn loop, written once, for the UI, the CLI and the evaluator.
+
+`run_agent` streams one question as typed events; `run_agent_batch` advances many questions
+together, one backend call per round for all of them and one retriever batch for all their
+searches (as Search-R1's training rollouts do).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from app import protocol
+from app.backends.base import Backend, Sampling, TurnOutput
+from app.events import (
+    AnswerGiven,
+    DocumentsReturned,
+    Event,
+    Finished,
+    InvalidAction,
+    SearchCalled,
+    TextDelta,
+    TurnStarted,
+)
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    max_turns: int = 4  # rounds with retrieval; one closing round without follows
+    topk: int = 3
+    max_new_tokens: int = 500  # per turn
+    max_obs_tokens: int = 500
+    max_context_tokens: int = 4096
+    max_prompt_tokens: int = 2048
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    # Search-R1's rollouts treat EOS without an action as an invalid action and go on (the
+    # evaluation protocol); its interactive infer.py instead stops at EOS. Default: protocol.
+    stop_on_eos: bool = False
+
+    @property
+    def sampling(self) -> Sampling:
+        return Sampling(self.greedy, self.temperature, self.top_p, self.seed)
+
+
+class _Run:
+    """The state of one question: its segments, counters, and the protocol's decisions."""
+
+    def __init__(self, question: str, backend: Backend, settings: AgentSettings):
+        self.backend = backend
+        self.settings = settings
+        self.prompt = backend.build_prompt(question)
+        self.segments = [self.prompt]
+        self.tokens = backend.count_tokens(self.prompt)
+        self.round = 0
+        self.searches = self.invalid = self.new_tokens = 0
+        self.retrieved: list[str] = []
+        self.answer: str | None = None
+        self.started = time.perf_counter()
+
+    @property
+    def final(self) -> bool:
+        return self.round == self.settings.max_turns
+
+    def turn_started(self) -> TurnStarted:
+        return TurnStarted(self.round + 1, self.settings.max_turns + 1, self.final)
+
+    def budget(self) -> int:
+        """New tokens allowed this turn; 0 or less means the context is full."""
+        if self.round == 0 and self.tokens > self.settings.max_prompt_tokens:
+            return 0
+        return min(self.settings.max_new_tokens, self.settings.max_context_tokens - self.tokens)
+
+    def finish(self, reason: str, error: str | None = None) -> Finished:
+        return Finished(reason, self.round + (reason != "context_full"), self.searches,
+                        self.new_tokens, time.perf_counter() - self.started,
+                        "".join(self.segments), self.prompt, self.answer, self.invalid,
+                        list(self.retrieved), error)
+
+    def _append(self, text: str) -> None:
+        self.segments.append(text)
+        self.tokens += self.backend.count_tokens(text)
+
+    def take_turn(self, output: TurnOutput) -> tuple[list[Event], str | None, Finished | None]:
+        """Apply a generated turn: (events, query to search or None, Finished or None)."""
+        text = protocol.cut_turn(output.text)
+        self._append(text)
+        self.new_tokens += output.new_tokens
+        if output.finish == "cancelled":
+            return [], None, self.finish("cancelled")
+        action = protocol.parse_action(text)
+        if action.kind == "answer":
+            self.answer = action.content
+            return [AnswerGiven(action.content)], None, self.finish("answer")
+        if self.final:  # the closing round: an action is parsed, but no search runs
+            return [], None, self.finish("max_turns")
+        if action.kind == "search":
+            self.searches += 1
+            return [SearchCalled(action.content, self.round + 1)], action.content, None
+        if output.finish == "eos" and self.settings.stop_on_eos:
+            return [], None, self.finish("eos")
+        self.invalid += 1
+        self._append(protocol.INVALID_ACTION_MESSAGE)
+        self.round += 1
+        return [InvalidAction(text)], None, None
+
+    def add_documents(self, query: str, docs: list, seconds: float) -> DocumentsReturned:
+        contents = protocol.contents_of(docs)
+        self.retrieved.extend(contents)
+        inserted = self.backend.truncate(
+            protocol.observation(protocol.render_documents(contents)),
+            self.settings.max_obs_tokens)
+        self._append(inserted)
+        self.round += 1
+        return DocumentsReturned(query, list(docs), inserted, seconds)
+
+
+def _search(retriever, queries: list[str], topk: int) -> tuple[list[list], float]:
+    start = time.perf_counter()
+    results = retriever.search(queries, topk)
+    return results, time.perf_counter() - start
+
+
+def run_agent(question: str, backend: Backend, retriever, settings: AgentSettings | None = None,
+              cancel: threading.Event | None = None) -> Iterator[Event]:
+    """Answer one question, yielding events as they happen; the last one is `Finished`."""
+    settings = settings or AgentSettings()
+    run = _Run(question, backend, settings)
+    try:
+        while True:
+            if cancel is not None and cancel.is_set():
+                yield run.finish("cancelled")
+                return
+            budget = run.budget()
+            if budget <= 0:
+                yield run.finish("context_full")
+                return
+            yield run.turn_started()
+            output, shown, text = None, 0, ""
+            for item in backend.stream(run.segments, budget, settings.sampling, cancel):
+                if isinstance(item, TurnOutput):
+                    output = item
+                    break
+                text += item
+                cut = protocol.find_stop(text)
+                visible = text if cut < 0 else text[:cut]
+                if len(visible) > shown:
+                    yield TextDelta(visible[shown:])
+                    shown = len(visible)
+            if output is None:
+                raise RuntimeError("the backend ended a turn without its TurnOutput")
+            events, query, finished = run.take_turn(output)
+            yield from events
+            if finished is not None:
+                yield finished
+                return
+            if query is not None:
+                docs, seconds = _search(retriever, [query], settings.topk)
+                yield run.add_documents(query, docs[0], seconds)
+    except Exception as err:  # shown to the user; the run ends, the front end stays up
+        yield run.finish("error", f"{type(err).__name__}: {err}")
+
+
+def run_agent_batch(questions: Sequence[str], backend: Backend, retriever,
+                    settings: AgentSettings | None = None) -> Iterator[tuple[int, Finished]]:
+    """Answer many questions together; yields (index, Finished) as each one ends."""
+    settings = settings or AgentSettings()
+    runs = [_Run(q, backend, settings) for q in questions]
+    active = list(range(len(runs)))
+    while active:
+        budgets = {i: runs[i].budget() for i in active}
+        for i in [i for i in active if budgets[i] <= 0]:
+            yield i, runs[i].finish("context_full")
+        active = [i for i in active if budgets[i] > 0]
+        if not active:
+            return
+        try:
+            outputs = backend.generate([runs[i].segments for i in active],
+                                       [budgets[i] for i in active], settings.sampling)
+        except Exception as err:
+            for i in active:
+                yield i, runs[i].finish("error", f"{type(err).__name__}: {err}")
+            return
+        searching: list[tuple[int, str]] = []
+        still = []
+        for i, output in zip(active, outputs, strict=True):
+            _, query, finished = runs[i].take_turn(output)
+            if finished is not None:
+                yield i, finished
+            else:
+                still.append(i)
+                if query is not None:
+                    searching.append((i, query))
+        if searching:
+            try:
+                results, seconds = _search(retriever, [q for _, q in searching], settings.topk)
+            except Exception as err:
+                for i in still:
+                    yield i, runs[i].finish("error", f"{type(err).__name__}: {err}")
+                return
+            for (i, query), docs in zip(searching, results, strict=True):
+                runs[i].add_documents(query, docs, seconds)
+        active = still

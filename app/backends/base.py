@@ -1,0 +1,54 @@
+"""The one small interface every model backend implements."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Sampling:
+    greedy: bool = True
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class TurnOutput:
+    text: str  # generated text, closing tag included when a stop string fired
+    new_tokens: int
+    finish: str  # "stop" (a stop string), "eos", "length" or "cancelled"
+
+
+class ModelLoadError(RuntimeError):
+    """A model that cannot be loaded; the message says why and what to do."""
+
+
+class Backend(Protocol):
+    """Generates one turn of the Search-R1 loop.
+
+    A context is a list of text segments: the templated prompt, then alternately generated
+    turns and inserted text (observations, invalid-action notes). Segments are tokenized one
+    by one and concatenated, as Search-R1 builds its rollouts.
+    """
+
+    name: str
+
+    def build_prompt(self, question: str) -> str: ...
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def truncate(self, text: str, max_tokens: int) -> str: ...
+
+    def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
+               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
+        """Yield text deltas of one turn, then one TurnOutput."""
+        ...
+
+    def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
+                 sampling: Sampling) -> list[TurnOutput]:
+        """One turn for each context, together (batched or concurrent)."""
+        ...

@@ -1,0 +1,237 @@
+"""The transformers backend: a causal LM from a hub id or a local path.
+
+One question's turns share a KV cache: the next turn feeds only the tokens the cache does
+not hold yet (the observation, and whatever re-tokenizing the cut turn changed), where
+Search-R1's infer.py re-encodes the whole context every turn.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+
+from app import protocol
+from app.backends.base import ModelLoadError, Sampling, TurnOutput
+
+
+def pick_device(device: str = "auto") -> str:
+    import torch
+
+    if device != "auto":
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def _eos_ids(tokenizer, model) -> list[int]:
+    """The tokenizer's and model's EOS ids, plus Qwen2.5's two when the vocabulary has them."""
+    ids = set()
+    for source in (tokenizer.eos_token_id, model.generation_config.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    for token in ("<|im_end|>", "<|endoftext|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+            ids.add(token_id)
+    return sorted(ids)
+
+
+class _Cancel:
+    """A stopping criterion that ends generation when the consumer sets the event."""
+
+    def __init__(self, event: threading.Event | None):
+        self.event = event
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        hit = self.event is not None and self.event.is_set()
+        return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
+
+
+class TransformersBackend:
+    name = "transformers"
+
+    def __init__(self, model: str, device: str = "auto", dtype: str = "auto",
+                 trust_remote_code: bool = False, reuse_cache: bool = True):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from app.models import check_loadable
+
+        check_loadable(model)
+        self.device = pick_device(device)
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device == "cuda" else "float32"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(model,
+                                                           trust_remote_code=trust_remote_code)
+            kwargs = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
+            if self.device == "cuda":
+                kwargs["device_map"] = "auto"  # accelerate spreads big models over the GPUs
+            self.model = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+        except (OSError, ValueError) as err:
+            raise ModelLoadError(f"Could not load {model!r}: {err}. Pass a hub id that is "
+                                 "cached, or a local directory with config.json, weights and "
+                                 "tokenizer files (--model /path/to/model).") from err
+        if self.device != "cuda":
+            self.model.to(self.device)
+        self.model.eval()
+        self.model_id = model
+        self.eos_ids = _eos_ids(self.tokenizer, self.model)
+        self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                       else self.eos_ids[0])
+        self.reuse_cache = reuse_cache
+        self._cached_ids: list[int] = []
+        self._cache = None
+        self._lock = threading.Lock()  # one generation at a time on this model
+
+    # Text and tokens --------------------------------------------------------------------
+    def build_prompt(self, question: str) -> str:
+        return protocol.build_prompt(question, self.tokenizer)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        ids = self._encode(text)
+        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
+
+    def context_ids(self, context: Sequence[str]) -> list[int]:
+        """Segments tokenized one by one and concatenated, as Search-R1 builds rollouts."""
+        return [i for segment in context for i in self._encode(segment)]
+
+    def _generation_kwargs(self, max_new_tokens: int, sampling: Sampling) -> dict:
+        import torch
+
+        kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_ids,
+                  "pad_token_id": self.pad_id, "stop_strings": list(protocol.STOP_STRINGS),
+                  "tokenizer": self.tokenizer, "do_sample": not sampling.greedy}
+        if sampling.greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=None)
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+        return kwargs
+
+    def _finish(self, new_ids: list[int], text: str, max_new_tokens: int,
+                cancelled: bool) -> TurnOutput:
+        """Trim after EOS, then classify why the turn ended."""
+        for n, token in enumerate(new_ids):
+            if token in self.eos_ids:
+                return TurnOutput(self.tokenizer.decode(new_ids[:n], skip_special_tokens=True),
+                                  n + 1, "eos")
+        if protocol.find_stop(text) >= 0:
+            return TurnOutput(text, len(new_ids), "stop")
+        if cancelled:
+            return TurnOutput(text, len(new_ids), "cancelled")
+        return TurnOutput(text, len(new_ids), "length")
+
+    # One question, streamed ----------------------------------------------------------------
+    def _reusable_prefix(self, ids: list[int]):
+        """The cache cropped to the longest prefix it shares with `ids` (at least one new)."""
+        from transformers import DynamicCache
+
+        if not self.reuse_cache or self._cache is None:
+            return DynamicCache(config=self.model.config)
+        shared = 0
+        for a, b in zip(self._cached_ids, ids, strict=False):
+            if a != b:
+                break
+            shared += 1
+        shared = min(shared, len(ids) - 1, self._cache.get_seq_length())
+        if shared == 0:
+            return DynamicCache(config=self.model.config)
+        self._cache.crop(shared - self._cache.get_seq_length())
+        return self._cache
+
+    def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
+               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
+        import torch
+        from transformers import StoppingCriteriaList, TextIteratorStreamer
+
+        with self._lock:
+            ids = self.context_ids(context)
+            cache = self._reusable_prefix(ids)
+            input_ids = torch.tensor([ids], device=self.model.device)
+            streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
+                                            skip_special_tokens=True)
+            result: dict = {}
+
+            def work() -> None:
+                try:
+                    with torch.inference_mode():
+                        result["out"] = self.model.generate(
+                            input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                            cache=cache, streamer=streamer,
+                            return_dict_in_generate=True,
+                            stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
+                            **self._generation_kwargs(max_new_tokens, sampling))
+                except BaseException as err:  # re-raised in the consumer's thread
+                    result["error"] = err
+                    streamer.end()
+
+            worker = threading.Thread(target=work, daemon=True)
+            worker.start()
+            for delta in streamer:
+                if delta:
+                    yield delta
+            worker.join()
+            if "error" in result:
+                self._cache = None
+                raise result["error"]
+            sequence = result["out"].sequences[0].tolist()
+            new_ids = sequence[len(ids):]
+            # The cache now holds the context and all but the last generated token.
+            self._cached_ids, self._cache = sequence, result["out"].cache
+            text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+            yield self._finish(new_ids, text, max_new_tokens,
+                               cancel is not None and cancel.is_set())
+
+    # Many questions, one turn each -------------------------------------------------------
+    def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
+                 sampling: Sampling) -> list[TurnOutput]:
+        import torch
+
+        rows = [self.context_ids(c) for c in contexts]
+        width = max(len(r) for r in rows)
+        # Left padding: every row's next token sits at the same position.
+        input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        with self._lock, torch.inference_mode():
+            out = self.model.generate(
+                input_ids=input_ids.to(self.model.device),
+                attention_mask=mask.to(self.model.device),
+                **self._generation_kwargs(max(max_new_tokens), sampling))
+        outputs = []
+        for row, budget in zip(out[:, width:].tolist(), max_new_tokens, strict=True):
+            new_ids = row[:budget]
+            turn = self._finish(new_ids, "", budget, False)
+            if turn.finish == "eos":
+                outputs.append(turn)
+                continue
+            # Another row may have run on after this one's stop string: cut at the first stop.
+            text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+            cut = protocol.find_stop(text)
+            if cut >= 0:
+                kept = self._tokens_until(new_ids, cut)
+                outputs.append(TurnOutput(text[:cut], kept, "stop"))
+            else:
+                outputs.append(TurnOutput(text, len(new_ids), "length"))
+        return outputs
+
+    def _tokens_until(self, ids: list[int], chars: int) -> int:
+        """How many of `ids` it takes for the decoded text to reach `chars` characters."""
+        for n in range(1, len(ids) + 1):
+            if len(self.tokenizer.decode(ids[:n], skip_special_tokens=True)) >= chars:
+                return n
+        return len(ids)

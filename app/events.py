@@ -1,0 +1,77 @@
+"""The typed events one agent run yields; each front end renders them its own way."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    turn: int  # 1-based
+    max_turns: int
+    final: bool  # the closing round, in which no search runs
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class SearchCalled:
+    query: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class DocumentsReturned:
+    query: str
+    docs: list  # list[retriever.doc.Doc]
+    rendered: str  # the observation exactly as inserted (after truncation)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class InvalidAction:
+    text: str  # the turn that held no valid action
+
+
+@dataclass(frozen=True)
+class AnswerGiven:
+    answer: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    stop_reason: str  # answer, eos, max_turns, context_full, cancelled, error
+    turns: int
+    searches: int
+    new_tokens: int
+    seconds: float
+    trajectory: str  # prompt + everything generated and inserted: what the model saw
+    prompt: str
+    answer: str | None = None
+    invalid_actions: int = 0
+    retrieved: list = field(default_factory=list)  # contents of every retrieved document
+    error: str | None = None
+
+    @property
+    def response(self) -> str:
+        return self.trajectory[len(self.prompt):]
+
+
+Event = (TurnStarted | TextDelta | SearchCalled | DocumentsReturned | InvalidAction | AnswerGiven
+         | Finished)
+
+STOP_REASONS = ("answer", "eos", "max_turns", "context_full", "cancelled", "error")
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict with the event's type name under `event`."""
+    data = asdict(event)
+    if isinstance(event, DocumentsReturned):
+        data["docs"] = [d.to_dict() for d in event.docs]
+    if isinstance(event, Finished):
+        data["response"] = event.response
+    return {"event": type(event).__name__, **data}

@@ -1,0 +1,122 @@
+"""Tiny Qwen2-architecture models the tests build and save, loaded like any hub model.
+
+- `random`: random weights (EOS rows zeroed so greedy never ends by chance); attention is
+  live, so it checks KV-cache reuse and batching against plain re-encoding.
+- `scripted`: a real Qwen2 model whose attention and MLP outputs are zeroed and whose output
+  head maps each token to a chosen next token, so greedy decoding walks a fixed path:
+  search first, then answer after the observation. It exercises stop strings and EOS
+  through `transformers` itself, not through a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from app import protocol
+
+TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
+        "<information>", "</information>"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tokenizer(directory: Path, corpus_texts: list[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=3000, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    seed_text = [protocol.user_message("who wrote hamlet"), protocol.INVALID_ACTION_MESSAGE,
+                 "\n\n<information>Doc 1(Title: x) y</information>\n\n"] * 20
+    tokenizer.train_from_iterator(seed_text + corpus_texts, trainer)
+    # "\n\n" as its own token lets the scripted model tell "after an observation" (which ends
+    # in a blank line) from "after the prompt" (one newline) by the last token alone.
+    tokenizer.add_tokens([*TAGS, "\n\n"])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", bos_token=None)
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(directory)
+    return fast
+
+
+def single_token(tokenizer, text: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(ids) == 1, (text, ids)
+    return ids[0]
+
+
+def _config(tokenizer):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=4096, tie_word_embeddings=False,
+                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                       bos_token_id=None)
+
+
+def build_random(directory: Path, tokenizer, seed: int = 0) -> Path:
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(_config(tokenizer))
+    with torch.no_grad():
+        for token in ("<|im_end|>", "<|endoftext|>"):
+            model.lm_head.weight[tokenizer.convert_tokens_to_ids(token)] = 0
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def scripted_paths(tokenizer) -> dict[str, list[str]]:
+    """The token paths the scripted model follows, by what the context ends with."""
+
+    def singles(words: list[str]) -> list[str]:
+        return [w for w in words if len(tokenizer(w, add_special_tokens=False)["input_ids"]) == 1]
+
+    query = singles([" space", " film", " war", " music", " city", " world"])[:2]
+    answer = singles([" Kubrick", " Stanley", " American", " first"])[:1]
+    return {
+        # After the prompt ("assistant\n"): think, then search.
+        "\n": ["<think>", " the", "</think>", "<search>", *query, "</search>"],
+        # After an observation ("</information>\n\n"): answer.
+        "\n\n": ["<answer>", *answer, "</answer>"],
+    }
+
+
+def build_scripted(directory: Path, tokenizer, paths: dict[str, list[str]] | None = None,
+                   seed: int = 0) -> Path:
+    """A bigram machine in Qwen2 clothes: next token = f(last token)."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    paths = paths or scripted_paths(tokenizer)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(_config(tokenizer))
+    with torch.no_grad():
+        for layer in model.model.layers:  # the residual stream carries the embedding alone
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        embed = model.model.embed_tokens.weight
+        head = model.lm_head.weight
+        head.zero_()
+        for start, path in paths.items():
+            chain = [start, *path]
+            for current, following in zip(chain, chain[1:], strict=False):
+                a = single_token(tokenizer, current) if current not in ("<|im_end|>",) else \
+                    tokenizer.convert_tokens_to_ids(current)
+                b = tokenizer.convert_tokens_to_ids(following) if following.startswith("<|") \
+                    else single_token(tokenizer, following)
+                head[b] += 50 * embed[a] / embed[a].norm()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    (directory / "scripted_paths.json").write_text(json.dumps(paths))
+    return directory
