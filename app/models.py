@@ -44,6 +44,21 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connect, so an unreachable Hub fails in seconds, not after retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    url = urlparse(constants.ENDPOINT)
+    try:
+        with socket.create_connection((url.hostname, url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def check_loadable(model: str) -> None:
     """Fail fast, with what to do, when `model` can't be loaded here (before any download)."""
     path = Path(model).expanduser()
@@ -55,12 +70,14 @@ def check_loadable(model: str) -> None:
     if model.count("/") != 1 or model.startswith(("/", ".")):
         raise ModelLoadError(f"{model!r} is neither a local directory nor a hub id "
                              "(owner/name).")
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
 
-        if not isinstance(try_to_load_from_cache(model, "config.json"), str):
-            raise ModelLoadError(
-                f"{model} is not in the local Hugging Face cache and the Hub is offline "
-                "(HF_HUB_OFFLINE=1). Download it where there is internet "
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    if _offline() or not _hub_reachable():
+        why = "HF_HUB_OFFLINE=1" if _offline() else "the Hub cannot be reached"
+        raise ModelLoadError(
+                f"{model} is not in the local Hugging Face cache and {why}. "
+                "Download it where there is internet "
                 f"(`hf download {model}`) and copy the cache, or pass --model "
                 "/path/to/a/local/copy.")

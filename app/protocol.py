@@ -28,12 +28,9 @@ INVALID_ACTION_MESSAGE = (
     "between <answer> and </answer>. Let me try again.\n"
 )
 
-# Stop strings for one turn. Search-R1 stops on `</search>` with an optional leading space
-# and trailing newlines; listing the variants lets string-matching servers stop too.
-SEARCH_STOPS = ("</search>", " </search>", "</search>\n", " </search>\n", "</search>\n\n",
-                " </search>\n\n")
-ANSWER_STOP = "</answer>"
-STOP_STRINGS = (*SEARCH_STOPS, ANSWER_STOP)
+# Stop strings for one turn. Search-R1 lists `</search>` with an optional leading space and
+# trailing newlines as token sequences; matched as text, `</search>` alone covers them all.
+STOP_STRINGS = ("</search>", "</answer>")
 
 # Qwen2.5 end-of-sequence ids: <|im_end|> and <|endoftext|>.
 QWEN_EOS_IDS = (151645, 151643)

@@ -100,3 +100,28 @@ def retriever_server(default_corpus):
                             f"http://127.0.0.1:{port}/health")
     yield f"http://127.0.0.1:{port}"
     stop_process(process)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, default_corpus) -> dict[str, Path]:
+    """Tiny Qwen2 models saved to disk: `random`, `scripted` (search, then answer) and
+    `eos` (thinks, then ends with EOS), loaded through the same path as a hub id."""
+    from retriever.corpus import load_records
+    from tests.tiny_model import build_random, build_scripted, build_tokenizer
+
+    root = tmp_path_factory.mktemp("tiny-models")
+    texts = [r["contents"] for r in load_records(default_corpus)[:2000]]
+    tokenizer = build_tokenizer(root / "tokenizer", texts)
+    eos_path = {"\n": ["<think>", " the", "</think>", "<|im_end|>"]}
+    return {
+        "random": build_random(root / "random", tokenizer),
+        "scripted": build_scripted(root / "scripted", tokenizer),
+        "eos": build_scripted(root / "eos", tokenizer, paths=eos_path),
+    }
+
+
+@pytest.fixture(scope="session")
+def local_retriever(bm25s_engine):
+    from retriever.client import LocalRetriever
+
+    return LocalRetriever(opened=bm25s_engine)

@@ -1,0 +1,126 @@
+"""Any OpenAI-compatible completions server (vLLM, SGLang, TGI) as a backend.
+
+The prompt is templated here and sent to `/completions` (not chat), so the server sees the
+exact Search-R1 text. Servers leave the matched stop string out of the text: we put the
+closing tag back so the trajectory is exactly what the model produced.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from app import protocol
+from app.backends.base import ModelLoadError, Sampling, TurnOutput
+
+
+def restore_stop(text: str, finish_reason: str | None, stop_reason) -> tuple[str, str]:
+    """(text with its closing tag, finish) from what a server says about why it stopped."""
+    if finish_reason == "length":
+        return text, "length"
+    if isinstance(stop_reason, str) and stop_reason in protocol.STOP_STRINGS:
+        return text + stop_reason, "stop"
+    # No stop string reported: an unclosed tag means a stop string fired (servers that do
+    # not say which); otherwise the model ended with EOS.
+    last_search, last_answer = text.rfind("<search>"), text.rfind("<answer>")
+    opened = "search" if last_search > last_answer else "answer" if last_answer >= 0 else None
+    if opened and f"</{opened}>" not in text[max(last_search, last_answer):]:
+        return text + f"</{opened}>", "stop"
+    return text, "eos"
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, model: str, base_url: str = "http://127.0.0.1:8001/v1",
+                 api_key: str = "EMPTY", tokenizer: str | None = None, concurrency: int = 16,
+                 timeout: float = 300.0):
+        import openai
+
+        self.model = model
+        self.base_url = base_url
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout,
+                                    max_retries=1)
+        self.concurrency = concurrency
+        self.tokenizer = None
+        try:  # the chat template and token counts come from the model's own tokenizer
+            from transformers import AutoTokenizer
+
+            from app.models import check_loadable
+
+            check_loadable(tokenizer or model)
+            self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or model)
+        except (ModelLoadError, OSError, ValueError):
+            # Without it: no chat template, and tokens estimated at 4 characters each.
+            self.tokenizer = None
+
+    def build_prompt(self, question: str) -> str:
+        return protocol.build_prompt(question, self.tokenizer)
+
+    def count_tokens(self, text: str) -> int:
+        if self.tokenizer is None:
+            return (len(text) + 3) // 4
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if self.tokenizer is None:
+            return text[: max_tokens * 4]
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
+
+    def _request(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
+                 stream: bool):
+        import openai
+
+        try:
+            return self.client.completions.create(
+                model=self.model, prompt="".join(context), max_tokens=max_new_tokens,
+                temperature=0.0 if sampling.greedy else sampling.temperature,
+                top_p=1.0 if sampling.greedy else sampling.top_p, seed=sampling.seed,
+                stop=list(protocol.STOP_STRINGS), stream=stream,
+                **({"stream_options": {"include_usage": True}} if stream else {}))
+        except openai.APIConnectionError as err:
+            raise ConnectionError(f"No completions server answered at {self.base_url} "
+                                  f"({err}). Start one, e.g. `vllm serve {self.model}`, "
+                                  "and pass --base-url.") from err
+
+    def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
+               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
+        response = self._request(context, max_new_tokens, sampling, stream=True)
+        text, finish, stop_reason, usage = "", None, None, None
+        try:
+            for chunk in response:
+                if cancel is not None and cancel.is_set():
+                    yield TurnOutput(text, self.count_tokens(text), "cancelled")
+                    return
+                if chunk.usage is not None:
+                    usage = chunk.usage.completion_tokens
+                for choice in chunk.choices:
+                    if choice.text:
+                        text += choice.text
+                        yield choice.text
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+                        stop_reason = (choice.model_extra or {}).get("stop_reason")
+        finally:
+            response.close()
+        full, why = restore_stop(text, finish, stop_reason)
+        if full != text:
+            yield full[len(text):]
+        yield TurnOutput(full, usage if usage is not None else self.count_tokens(text), why)
+
+    def _one(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling) -> TurnOutput:
+        choice = self._request(context, max_new_tokens, sampling, stream=False)
+        first = choice.choices[0]
+        full, why = restore_stop(first.text, first.finish_reason,
+                                 (first.model_extra or {}).get("stop_reason"))
+        tokens = choice.usage.completion_tokens if choice.usage else self.count_tokens(first.text)
+        return TurnOutput(full, tokens, why)
+
+    def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
+                 sampling: Sampling) -> list[TurnOutput]:
+        """Concurrent requests: the server batches them (continuous batching)."""
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(lambda a: self._one(*a, sampling), zip(contexts, max_new_tokens,
+                                                                         strict=True)))

@@ -1,0 +1,615 @@
+"""Read training logs: verl console logs, W&B exports, JSON lines, CSV, TensorBoard events.
+
+`read_log(path)` detects the format from the file's content (the name is only a tie-breaker),
+streams it, and returns a `ParsedFile` holding one or more `Run`s. Every problem with the
+input becomes a `LogFormatError` whose message says what was wrong and what to do; lines
+that fail to parse are counted and reported instead of aborting the file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from app.curves.runs import Run, make_run, recognised_keys
+
+MAX_BYTES = 200 * 1024 * 1024
+HEAD_BYTES = 64 * 1024
+
+FORMAT_NAMES = {
+    "verl-console": "verl console log (step:N - key:value - ...)",
+    "wandb-parquet": "Weights & Biases history export (.parquet)",
+    "wandb-csv": "Weights & Biases CSV export",
+    "csv": "CSV with a step column",
+    "jsonl": "JSON lines with a step or _step field",
+    "tensorboard": "TensorBoard event file (events.out.tfevents.*)",
+}
+KNOWN_FORMATS_TEXT = "; ".join(FORMAT_NAMES.values())
+
+STEP_COLUMNS = ("_step", "Step", "step", "global_step", "trainer/global_step")
+
+
+class LogFormatError(ValueError):
+    """The file cannot be read as a training log; the message says why and what to do."""
+
+
+@dataclass
+class ParsedFile:
+    path: str
+    format: str
+    runs: list[Run]
+    bad_lines: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- detection
+
+def read_log(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> ParsedFile:
+    """Detect the format of `path` and read every run in it."""
+    path = str(path)
+    fmt = detect_format(path, max_bytes=max_bytes)
+    reader = {
+        "verl-console": read_console,
+        "wandb-parquet": read_parquet,
+        "csv": read_csv,
+        "wandb-csv": read_csv,
+        "jsonl": read_jsonl,
+        "tensorboard": read_tensorboard,
+    }[fmt]
+    parsed = reader(path)
+    _require_known_metric(parsed)
+    return parsed
+
+
+def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
+    """Return a key of FORMAT_NAMES, or raise LogFormatError naming what we read."""
+    try:
+        size = os.path.getsize(path)
+    except OSError as exc:
+        raise LogFormatError(f"cannot open the file ({exc.strerror or exc})") from None
+    if os.path.isdir(path):
+        raise LogFormatError("this is a folder; upload the log file inside it")
+    if size == 0:
+        raise LogFormatError("the file is empty; check that the upload or export finished")
+    if size > max_bytes:
+        raise LogFormatError(
+            f"the file is {size / 2**20:.0f} MB, over the {max_bytes / 2**20:.0f} MB limit; "
+            "for a console log keep only the step lines (grep 'step:' train.log > steps.log), "
+            "or export fewer metrics from W&B"
+        )
+    with open(path, "rb") as handle:
+        head = handle.read(HEAD_BYTES)
+    if head.startswith(b"PAR1"):
+        return "wandb-parquet"
+    if _looks_like_tfrecord(head):
+        return "tensorboard"
+    if head.startswith(b"\x1f\x8b"):
+        raise LogFormatError("the file is gzip-compressed; decompress it (gunzip) and upload "
+                             "the log inside")
+    if head.startswith(b"PK\x03\x04"):
+        raise LogFormatError("the file is a zip archive; extract it and upload the log inside")
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise LogFormatError("the file is UTF-16 text; save it as UTF-8 and upload again")
+    if b"\x00" in head:
+        raise LogFormatError(f"the file is binary and not a format we read ({KNOWN_FORMATS_TEXT})")
+    text = _decode_head(head, complete=size <= HEAD_BYTES)
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise LogFormatError("the file holds only blank lines")
+    first = lines[0].lstrip("\ufeff").strip()
+    if first.startswith("{"):
+        try:
+            if isinstance(json.loads(first), dict):
+                return "jsonl"
+        except ValueError:
+            pass
+    header = _csv_header(first)
+    if header and any(col in STEP_COLUMNS for col in header):
+        return "wandb-csv" if _is_wandb_header(header) else "csv"
+    if any(_STEP_RE.search(_strip_ansi(line)) for line in lines):
+        return "verl-console"
+    if header and len(header) >= 2 and len(lines) >= 2 and all(
+        line.count(",") == first.count(",") for line in lines[1:6]
+    ):
+        raise LogFormatError(
+            f"this CSV has no step column (looked for {', '.join(STEP_COLUMNS)}); "
+            f"columns found: {_preview(header)}"
+        )
+    # Real verl logs can print megabytes of start-up output before the first step line.
+    if size > HEAD_BYTES and _console_has_step_line(path):
+        return "verl-console"
+    raise LogFormatError(
+        f"unknown format: no step lines, step column or step field found. We read: "
+        f"{KNOWN_FORMATS_TEXT}"
+    )
+
+
+def _decode_head(head: bytes, complete: bool) -> str:
+    # An incremental decoder tolerates a multi-byte character cut at the 64 KB boundary.
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        return decoder.decode(head, final=complete)
+    except UnicodeDecodeError as exc:
+        raise LogFormatError(
+            f"the file is not UTF-8 text (invalid byte at offset {exc.start}); re-save it as "
+            "UTF-8, or upload the original log"
+        ) from None
+
+
+def _looks_like_tfrecord(head: bytes) -> bool:
+    # TFRecord framing: uint64 length, then the masked CRC32C of those 8 bytes.
+    if len(head) < 12:
+        return False
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    (crc,) = struct.unpack("<I", head[8:12])
+    return masked_crc32c(head[:8]) == crc
+
+
+def _csv_header(line: str) -> list[str] | None:
+    if "," not in line:
+        return None
+    import csv
+
+    try:
+        return [cell.strip() for cell in next(csv.reader([line]))]
+    except (csv.Error, StopIteration):
+        return None
+
+
+def _is_wandb_header(header: list[str]) -> bool:
+    return any(col.endswith(("__MIN", "__MAX")) or " - " in col for col in header) or (
+        "_step" in header or "Step" in header
+    )
+
+
+def _preview(items: Iterable[str], limit: int = 25) -> str:
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _require_known_metric(parsed: ParsedFile) -> None:
+    keys = sorted({key for run in parsed.runs for key in run.table.columns})
+    if not parsed.runs or not keys:
+        raise LogFormatError(f"no metric values found in this {FORMAT_NAMES[parsed.format]}")
+    if not recognised_keys(keys):
+        raise LogFormatError(
+            "no recognised training metric (e.g. critic/score/mean, actor/grad_norm, "
+            f"actor/pos_avg_old_log_prob); keys found: {_preview(keys)}"
+        )
+
+
+# --------------------------------------------------------------------------- segments
+
+class _Segments:
+    """Collects (step, keys, values) in file order and splits where the step goes backwards.
+
+    A backwards step starts a new segment; a repeated step (verl prints the last step's
+    validation metrics on a line of their own) is merged into the same row, later values
+    winning. Afterwards `runs()` merges a segment into the run before it when it looks like
+    a resume (same or unknown name, first step > 1; for overlapping steps the later value
+    wins, cell by cell) and otherwise keeps it as a separate run (a fresh start at step
+    0/1, or a different experiment name).
+    """
+
+    def __init__(self) -> None:
+        self.segments: list[tuple[str | None, list[int], list[tuple[tuple, list]]]] = []
+        self._name: str | None = None
+        self._pending_name: str | None = None
+
+    def set_name(self, name: str) -> None:
+        self._pending_name = name
+
+    def add(self, step: int, keys: tuple, values: list[float]) -> None:
+        seg = self.segments[-1] if self.segments else None
+        new_name = self._pending_name is not None and self._pending_name != self._name
+        if seg is None or step < seg[1][-1] or new_name:
+            if self._pending_name is not None:
+                self._name = self._pending_name
+            self._pending_name = None
+            self.segments.append((self._name, [step], [(keys, values)]))
+            return
+        self._pending_name = None
+        seg[1].append(step)
+        seg[2].append((keys, values))
+
+    def runs(self, stem: str, source: str, fmt: str) -> tuple[list[Run], list[str]]:
+        notes: list[str] = []
+        merged: list[tuple[str | None, pd.DataFrame, list[str]]] = []
+        for name, steps, rows in self.segments:
+            table = _rows_to_table(steps, rows)
+            prev = merged[-1] if merged else None
+            resume = prev is not None and steps[0] > 1 and name in (None, prev[0])
+            if resume:
+                old = prev[1]
+                overlap = old.index.intersection(table.index)
+                combined = table.combine_first(old)
+                text = f"resumed at step {steps[0]}"
+                if len(overlap):
+                    text += (f"; steps {overlap.min()}-{overlap.max()} were logged twice, "
+                             "the later values are kept")
+                prev[2].append(text)
+                merged[-1] = (prev[0], combined, prev[2])
+            else:
+                merged.append((name, table, []))
+        if len(merged) > 1:
+            notes.append(f"the file holds {len(merged)} runs (the step count restarts); "
+                         "they are shown as separate runs")
+        runs: list[Run] = []
+        used: dict[str, int] = {}
+        for name, table, run_notes in merged:
+            base = name or stem
+            used[base] = used.get(base, 0) + 1
+            label = base if used[base] == 1 else f"{base} #{used[base]}"
+            runs.append(make_run(label, table, source, fmt, run_notes))
+        return runs, notes
+
+
+def _rows_to_table(steps: list[int], rows: list[tuple[tuple, list]]) -> pd.DataFrame:
+    """Build a step x key table from rows, one 2-D block per run of rows sharing a key tuple
+    (most log lines repeat the previous line's keys, so there are few blocks)."""
+    blocks: list[pd.DataFrame] = []
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i < len(rows) and (rows[i][0] is rows[start][0] or rows[i][0] == rows[start][0]):
+            continue
+        keys = rows[start][0]
+        values = np.array([row[1] for row in rows[start:i]], dtype="float64").reshape(
+            i - start, len(keys))
+        blocks.append(pd.DataFrame(values, index=steps[start:i], columns=list(keys)))
+        start = i
+    table = blocks[0] if len(blocks) == 1 else pd.concat(blocks, sort=False)
+    if table.index.has_duplicates:
+        # Same step printed twice: merge, the later non-missing value wins.
+        table = table.groupby(level=0, sort=False).last()
+    return table
+
+
+# --------------------------------------------------------------------------- console
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+# `step:12 - ` not preceded by a word char or '/', so `training/global_step:12` is a key.
+_STEP_RE = re.compile(r"(?<![\w/])step:\s*(\d+)(?:\s+-\s+|\s*$)")
+_WRAPPED_RE = re.compile(r"^(?:np\.)?\w*\(([^,)]*)[,)]")
+_EXPERIMENT_RE = re.compile(r"experiment_name['\"]?\s*[:=]\s*['\"]?([^'\",\s}\]]+)")
+
+
+def _strip_ansi(line: str) -> str:
+    return _ANSI_RE.sub("", line) if "\x1b" in line else line
+
+
+def _console_has_step_line(path: str) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return any("step:" in line and _STEP_RE.search(_strip_ansi(line)) for line in handle)
+
+
+def parse_value(text: str) -> float | None:
+    """'0.5', 'nan', '-inf', 'np.float64(0.5)', 'tensor(0.5, device=...)' -> float; else None."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    match = _WRAPPED_RE.match(text.strip())
+    if match:
+        try:
+            return float(match.group(1))
+        except ValueError:
+            return None
+    return None
+
+
+def _parse_pairs(rest: str) -> tuple[tuple, list[float], int]:
+    """Slow path for one line: (keys, values, number of fragments that were not numbers)."""
+    keys: list[str] = []
+    values: list[float] = []
+    bad = 0
+    for pair in rest.split(" - "):
+        key, sep, raw = pair.partition(":")
+        value = parse_value(raw) if sep and key.strip() else None
+        if value is None:
+            bad += 1
+            continue
+        key = key.strip()
+        if key in keys:  # a key twice on one line: the later one wins
+            del values[keys.index(key)]
+            keys.remove(key)
+        keys.append(key)
+        values.append(value)
+    return tuple(keys), values, bad
+
+
+def read_console(path: str) -> ParsedFile:
+    """Stream a verl console log. Non-step lines (warnings, tracebacks, tqdm) are skipped.
+
+    Fast path per step line: split on ' - ' and ':' and map float over the values, all
+    C-level; a line with colons inside values or non-numbers falls back to `_parse_pairs`.
+    Consecutive lines share one key tuple so the table is built from a few 2-D blocks.
+    """
+    segments = _Segments()
+    bad_lines = bad_values = undecodable = 0
+    last_bad = ""
+    last_keys: tuple = ()
+    step_search = _STEP_RE.search
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if "step:" not in line:
+                if "experiment_name" in line:
+                    match = _EXPERIMENT_RE.search(_strip_ansi(line))
+                    if match:
+                        segments.set_name(match.group(1))
+                continue
+            if "\x1b" in line:
+                line = _ANSI_RE.sub("", line)
+            match = step_search(line)
+            if match is None:
+                continue
+            if "\ufffd" in line:
+                undecodable += 1
+            rest = line[match.end():].rstrip()
+            fields = rest.replace(" - ", ":").split(":")
+            n_pairs = rest.count(" - ") + 1
+            try:
+                if len(fields) != 2 * n_pairs:
+                    raise ValueError
+                values = list(map(float, fields[1::2]))
+                keys = tuple(fields[0::2])
+                if keys == last_keys:
+                    keys = last_keys  # one shared tuple: block grouping compares by identity
+                elif len(set(keys)) != n_pairs:
+                    raise ValueError
+            except ValueError:
+                keys, values, bad = _parse_pairs(rest)
+                if not values:
+                    bad_lines += 1
+                    last_bad = line.strip()[:120]
+                    continue
+                bad_values += bad
+            last_keys = keys
+            segments.add(int(match.group(1)), keys, values)
+    if not segments.segments:
+        raise LogFormatError(
+            "no parseable step lines (step:N - key:value - ...) in this console log"
+        )
+    runs, notes = segments.runs(Path(path).stem, path, "verl-console")
+    if bad_lines:
+        notes.append(f"{bad_lines} step line(s) could not be parsed and were skipped "
+                     f"(e.g. {last_bad!r})")
+    if bad_values:
+        notes.append(f"{bad_values} key:value pair(s) were not numbers or were cut off, "
+                     "and were skipped")
+    if undecodable:
+        notes.append(f"{undecodable} step line(s) held bytes that are not UTF-8")
+    if not _ends_with_newline(path):
+        notes.append("the file does not end with a newline: the last line may be cut off "
+                     "(was the log still being written, or truncated?)")
+    return ParsedFile(path, "verl-console", runs, bad_lines, notes)
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) in (b"\n", b"\r")
+
+
+# --------------------------------------------------------------------------- JSON lines
+
+def _flatten(record: dict, prefix: str = "") -> Iterator[tuple[str, object]]:
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, name + "/")
+        else:
+            yield name, value
+
+
+def read_jsonl(path: str) -> ParsedFile:
+    """One JSON object per line with `step` or `_step`; `experiment_name`/`run` split runs."""
+    segments = _Segments()
+    bad_lines = 0
+    no_step = 0
+    last_line_bad = False
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        try:
+            for line in handle:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    bad_lines += 1
+                    last_line_bad = True
+                    continue
+                last_line_bad = False
+                if not isinstance(record, dict):
+                    bad_lines += 1
+                    continue
+                step = record.get("step", record.get("_step"))
+                if isinstance(step, bool) or not isinstance(step, (int, float)) or (
+                    isinstance(step, float) and not math.isfinite(step)
+                ):
+                    no_step += 1
+                    continue
+                name = record.get("experiment_name", record.get("run"))
+                if isinstance(name, str) and name:
+                    segments.set_name(name)
+                values = {
+                    key: float(value) for key, value in _flatten(record)
+                    if key not in ("step", "_step") and isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                }
+                segments.add(int(step), tuple(values), list(values.values()))
+        except UnicodeDecodeError as exc:
+            raise LogFormatError(f"the file is not UTF-8 text ({exc.reason}); re-save it as "
+                                 "UTF-8") from None
+    if not segments.segments:
+        raise LogFormatError("no JSON line had a numeric `step` or `_step` field")
+    runs, notes = segments.runs(Path(path).stem, path, "jsonl")
+    if bad_lines:
+        notes.append(f"{bad_lines} line(s) were not valid JSON objects and were skipped"
+                     + (" (the last line is incomplete: was the file truncated?)"
+                        if last_line_bad else ""))
+    if no_step:
+        notes.append(f"{no_step} line(s) had no numeric step field and were skipped")
+    return ParsedFile(path, "jsonl", runs, bad_lines + no_step, notes)
+
+
+# --------------------------------------------------------------------------- CSV / W&B
+
+def _split_wandb_columns(columns: list[str]) -> dict[str, dict[str, str]] | None:
+    """For a W&B chart export, map run name -> {metric key: column}; None if not that shape."""
+    by_run: dict[str, dict[str, str]] = {}
+    for col in columns:
+        if col in STEP_COLUMNS or col.endswith(("__MIN", "__MAX")):
+            continue
+        run, sep, key = col.partition(" - ")
+        if not sep:
+            return None
+        by_run.setdefault(run, {})[key] = col
+    return by_run or None
+
+
+def _table_from_frame(frame: pd.DataFrame, step_col: str, columns: dict[str, str]) -> pd.DataFrame:
+    steps = pd.to_numeric(frame[step_col], errors="coerce")
+    data = {key: pd.to_numeric(frame[col], errors="coerce") for key, col in columns.items()}
+    table = pd.DataFrame(data)
+    table.index = steps
+    table = table[table.index.notna()]
+    table.index = table.index.astype("int64")
+    table = table.dropna(how="all")
+    # Repeated steps (a resumed run exported as one history): the later row wins.
+    return table[~table.index.duplicated(keep="last")]
+
+
+def _runs_from_frame(frame: pd.DataFrame, path: str, fmt: str) -> tuple[list[Run], list[str]]:
+    step_col = next((c for c in STEP_COLUMNS if c in frame.columns), None)
+    if step_col is None:
+        raise LogFormatError(f"no step column (looked for {', '.join(STEP_COLUMNS)}); "
+                             f"columns found: {_preview(map(str, frame.columns))}")
+    columns = [str(c) for c in frame.columns]
+    frame.columns = columns
+    notes: list[str] = []
+    stem = Path(path).stem.removesuffix("-history")
+    dropped = [c for c in columns if c.endswith(("__MIN", "__MAX"))]
+    if dropped:
+        notes.append(f"{len(dropped)} __MIN/__MAX column(s) (W&B chart bands) were not used")
+    by_run = _split_wandb_columns(columns)
+    if by_run is not None:
+        groups = by_run
+    else:
+        skip = set(STEP_COLUMNS) | {"_runtime", "_timestamp", "_wandb"} | set(dropped)
+        numeric = {}
+        for col in columns:
+            if col in skip:
+                continue
+            values = pd.to_numeric(frame[col], errors="coerce")
+            if values.notna().any():
+                numeric[col] = col
+        groups = {stem: numeric}
+    runs: list[Run] = []
+    for name, cols in groups.items():
+        table = _table_from_frame(frame, step_col, cols)
+        if len(table):
+            runs.append(make_run(name, table, path, fmt))
+    if frame[step_col].duplicated().any():
+        notes.append("some steps appear more than once; the later row is kept")
+    return runs, notes
+
+
+def read_csv(path: str) -> ParsedFile:
+    """A W&B CSV export (either shape) or any CSV with a step column."""
+    try:
+        frame = pd.read_csv(path, encoding="utf-8", on_bad_lines="skip", low_memory=False)
+    except UnicodeDecodeError:
+        raise LogFormatError("the CSV is not UTF-8 text; re-export it as UTF-8") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise LogFormatError(f"the CSV cannot be parsed ({exc})") from None
+    fmt = "wandb-csv" if _is_wandb_header([str(c) for c in frame.columns]) else "csv"
+    runs, notes = _runs_from_frame(frame, path, fmt)
+    expected_rows = _count_data_lines(path)
+    skipped = max(0, expected_rows - len(frame))
+    if skipped:
+        notes.append(f"{skipped} CSV row(s) had the wrong number of fields and were skipped")
+    return ParsedFile(path, fmt, runs, skipped, notes)
+
+
+def _count_data_lines(path: str) -> int:
+    # Cheap check for rows pandas dropped; quoted multi-line cells are not expected here.
+    with open(path, "rb") as handle:
+        count = sum(1 for line in handle if line.strip())
+    return max(0, count - 1)
+
+
+def read_parquet(path: str) -> ParsedFile:
+    """A W&B `<run-id>-history` parquet artifact."""
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises several unrelated types for damaged files
+        raise LogFormatError(f"the parquet file is damaged or truncated ({exc}); download the "
+                             "W&B history artifact again") from None
+    runs, notes = _runs_from_frame(frame, path, "wandb-parquet")
+    return ParsedFile(path, "wandb-parquet", runs, 0, notes)
+
+
+# --------------------------------------------------------------------------- TensorBoard
+
+def read_tensorboard(path: str) -> ParsedFile:
+    """Scalars from one event file; the run is named after its folder (runs/<name>/events...)."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.tensorflow_stub import errors
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
+    from tensorboard.util import tensor_util
+
+    rows: dict[int, dict[str, float]] = {}
+    notes: list[str] = []
+    bad = 0
+    reader = PyRecordReader_New(path)
+    while True:
+        try:
+            reader.GetNext()
+        except errors.OutOfRangeError:
+            break
+        except errors.DataLossError as exc:
+            notes.append(f"the event file ends in a damaged or truncated record ({exc.message}); "
+                         "the events before it were read")
+            bad += 1
+            break
+        try:
+            event = event_pb2.Event.FromString(reader.record())
+        except Exception:  # protobuf's DecodeError; keep reading the next record
+            bad += 1
+            continue
+        if not event.HasField("summary"):
+            continue
+        for value in event.summary.value:
+            if value.HasField("simple_value"):
+                number = float(value.simple_value)
+            elif value.HasField("tensor"):
+                try:
+                    array = tensor_util.make_ndarray(value.tensor)
+                except Exception:
+                    continue
+                if array.size != 1 or array.dtype.kind not in "fiub":
+                    continue
+                number = float(array.reshape(()))
+            else:
+                continue
+            rows.setdefault(int(event.step), {})[value.tag] = number
+    if not rows:
+        raise LogFormatError("the TensorBoard event file holds no scalar values"
+                             + (f" ({notes[0]})" if notes else ""))
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    p = Path(path)
+    name = p.parent.name if p.name.startswith("events.out.tfevents") and p.parent.name else p.stem
+    run = make_run(name, table, path, "tensorboard")
+    return ParsedFile(path, "tensorboard", [run], bad, notes)

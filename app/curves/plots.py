@@ -1,0 +1,254 @@
+"""Plotly figures for training curves: one panel per series, all on the same step axis.
+
+Lines are EMA-smoothed (W&B-style weight: 0 = raw, 0.99 = very smooth); the hover shows
+the raw value and the raw logger key. Phases found by `analysis` are shaded per run and can
+be turned off with `annotate=False`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from app.curves.analysis import RunAnalysis
+from app.curves.runs import CANONICAL_BY_ID, Run, metric_label, resolve_metrics
+
+# Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
+_GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
+_LLDS_COLOURS = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#1b9e77", "#386cb0")
+
+ROUNDING_NOTE = ("Values from verl console logs are rounded to 3 decimals, which flattens "
+                 "small log-likelihood changes; prefer a W&B export when you have one.")
+LIKELIHOOD_NOTE = (
+    "Mean token log-likelihood under the behaviour (old) policy. 'pos' = advantage >= 0 "
+    "(includes all-equal groups), not 'correct'; 'neg' = advantage < 0. Each value is divided "
+    "by all response tokens, so it also moves with the share of such tokens, and only the "
+    "last micro-batch is logged."
+)
+
+
+# A small explicit template: assigning "plotly_white" copies and validates defaults for
+# every trace type, which was most of the figure-building time.
+_TEMPLATE = go.layout.Template(layout=dict(
+    paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"),
+    xaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8", linecolor="#EBF0F8"),
+    yaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8", linecolor="#EBF0F8"),
+    colorway=list(_GRPO_COLOURS + _LLDS_COLOURS),
+))
+_TEMPLATE_JSON = _TEMPLATE.to_plotly_json()
+
+
+@dataclass
+class Panel:
+    id: str
+    title: str
+    figure: go.Figure
+    note: str = ""
+
+
+def ema(values: pd.Series, weight: float) -> pd.Series:
+    """Exponential moving average over logged points; weight 0 returns the values."""
+    if weight <= 0:
+        return values
+    return values.ewm(alpha=1.0 - min(weight, 0.999), adjust=False).mean()
+
+
+def run_colours(runs: Sequence[Run]) -> dict[str, str]:
+    colours: dict[str, str] = {}
+    counts = {"GRPO": 0, "LLDS": 0}
+    for run in runs:
+        palette = _LLDS_COLOURS if run.method == "LLDS" else _GRPO_COLOURS
+        colours[run.name] = palette[counts.get(run.method, 0) % len(palette)]
+        counts[run.method] = counts.get(run.method, 0) + 1
+    return colours
+
+
+def _series_traces(run: Run, key: str, label: str, colour: str, smoothing: float,
+                   dash: str = "solid") -> list[go.Scatter]:
+    raw = run.table[key].dropna()
+    if raw.empty:
+        return []
+    steps = raw.index.to_numpy()
+    name = f"{run.name} [{run.method}] {label}".strip()
+    hover = (f"<b>{name}</b><br>key {key}<br>step %{{x}}<br>smoothed %{{y:.5g}}"
+             "<br>raw %{customdata:.5g}<extra></extra>")
+    traces = []
+    if smoothing > 0:
+        # The raw curve stays visible but faint, so smoothing never hides a spike.
+        traces.append(go.Scatter(x=steps, y=raw.to_numpy(), mode="lines", name=name + " (raw)",
+                                 line=dict(color=colour, width=1, dash=dash), opacity=0.25,
+                                 hoverinfo="skip", showlegend=False, legendgroup=run.name))
+    smooth = ema(raw, smoothing).to_numpy()
+    traces.append(go.Scatter(x=steps, y=smooth, customdata=raw.to_numpy(), mode="lines",
+                             name=name, line=dict(color=colour, width=2, dash=dash),
+                             hovertemplate=hover, legendgroup=run.name))
+    return traces
+
+
+def _layout(title: str, subtitle: str, x_range: tuple[float, float] | None,
+            log_y: bool = False) -> dict:
+    return dict(
+        title=dict(text=title, subtitle=dict(text=subtitle) if subtitle else None),
+        template=_TEMPLATE_JSON, height=360, margin=dict(l=60, r=20, t=70, b=40),
+        hovermode="closest", legend=dict(font=dict(size=10)),
+        # Keeps zoom when the figure is rebuilt (e.g. smoothing changed in the UI).
+        uirevision="curves",
+        xaxis=dict(title=dict(text="step"), range=list(x_range) if x_range else None),
+        yaxis=dict(type="log" if log_y else "linear"),
+    )
+
+
+def _vline(x: float, colour: str, dash: str = "dot", width: int = 1) -> dict:
+    return dict(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                line=dict(color=colour, dash=dash, width=width))
+
+
+def _label(x: float, y: float, text: str, colour: str, yanchor: str = "top") -> dict:
+    return dict(x=x, y=y, yref="paper", showarrow=False, xanchor="left", yanchor=yanchor,
+                font=dict(size=10, color=colour), text=text)
+
+
+def _phase_marks(analyses: Sequence[RunAnalysis],
+                 colours: dict[str, str]) -> tuple[list[dict], list[dict]]:
+    """Shapes and labels shading phases II and III of each run in the run's colour."""
+    shapes: list[dict] = []
+    labels: list[dict] = []
+    for analysis in analyses:
+        colour = colours.get(analysis.run, "#888")
+        for label, start, end in analysis.phases():
+            if label == "I":
+                continue
+            shapes.append(dict(type="rect", xref="x", yref="paper", x0=start, x1=end, y0=0,
+                               y1=1, fillcolor=colour, opacity=0.07 if label == "II" else 0.16,
+                               line=dict(width=0), layer="below"))
+            shapes.append(_vline(start, colour))
+            name = "steady decay" if label == "II" else "accelerated collapse"
+            labels.append(_label(start, 1.0, f"{analysis.run}: {label} {name} @ {start}",
+                                 colour))
+    return shapes, labels
+
+
+def _rounded_subtitle(runs: Sequence[Run], extra: str = "") -> str:
+    parts = [extra] if extra else []
+    if any(run.rounded for run in runs):
+        parts.append("console-log values rounded to 3 decimals")
+    return " · ".join(parts)
+
+
+def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing: float = 0.6,
+                 annotate: bool = True, extra_metrics: Sequence[str] = ()) -> list[Panel]:
+    """Figures for the canonical series present in any run, then the user-picked raw keys."""
+    if not runs:
+        return []
+    colours = run_colours(runs)
+    by_run = {a.run: a for a in analyses}
+    resolved = {run.name: resolve_metrics(run.table.columns) for run in runs}
+    starts = [run.table.index.min() for run in runs if len(run.table)]
+    ends = [run.table.index.max() for run in runs if len(run.table)]
+    x_range = (float(min(starts)), float(max(ends))) if starts else None
+    panels: list[Panel] = []
+
+    def add_panel(panel_id: str, title: str, series: list[tuple[str, str, str]],
+                  note: str = "", log_y: bool = False, shade: bool = False,
+                  marks=None) -> None:
+        """series: (metric id or raw key, legend suffix, dash); marks(used runs) returns
+        extra (traces, shapes, annotations) drawn only when annotating."""
+        traces: list[go.Scatter] = []
+        used: list[Run] = []
+        for run in runs:
+            for metric, suffix, dash in series:
+                key = resolved[run.name].get(metric, metric if metric in run.table else None)
+                if key is None:
+                    continue
+                new = _series_traces(run, key, suffix, colours[run.name], smoothing, dash)
+                if new:
+                    traces.extend(new)
+                    if run not in used:
+                        used.append(run)
+        if not traces:
+            return
+        layout = _layout(title, _rounded_subtitle(used), x_range, log_y=log_y)
+        if annotate:
+            shapes: list[dict] = []
+            labels: list[dict] = []
+            if shade:
+                shapes, labels = _phase_marks([by_run[r.name] for r in used if r.name in by_run],
+                                              colours)
+            if marks is not None:
+                more_traces, more_shapes, more_labels = marks(used)
+                traces.extend(more_traces)
+                shapes += more_shapes
+                labels += more_labels
+            layout.update(shapes=shapes, annotations=labels)
+        # One constructor call: validating the figure once is several times faster than
+        # building it up with add_trace / update_layout.
+        fig = go.Figure(data=traces, layout=layout)
+        rounded = ROUNDING_NOTE if any(r.rounded for r in used) else ""
+        panels.append(Panel(panel_id, title, fig, " ".join(n for n in (note, rounded) if n)))
+
+    def collapse_marks(used: list[Run]):
+        shapes, labels = [], []
+        for run in used:
+            a = by_run.get(run.name)
+            if a and a.reward_collapse_step is not None:
+                colour = colours[run.name]
+                shapes.append(_vline(a.reward_collapse_step, colour, dash="dash", width=2))
+                labels.append(_label(a.reward_collapse_step, 0.05,
+                                     f"{run.name}: reward collapse @ {a.reward_collapse_step}",
+                                     colour, yanchor="bottom"))
+        return [], shapes, labels
+
+    def spike_marks(used: list[Run]):
+        traces = []
+        for run in used:
+            a = by_run.get(run.name)
+            key = resolved[run.name].get("grad_norm")
+            if a and a.grad_spikes and key:
+                values = run.table.loc[a.grad_spikes, key]
+                traces.append(go.Scatter(
+                    x=values.index.to_numpy(), y=values.to_numpy(), mode="markers",
+                    marker=dict(symbol="x", size=9, color=colours[run.name]),
+                    name=f"{run.name} grad-norm spikes", legendgroup=run.name,
+                    hovertemplate="spike at step %{x}: %{y:.4g}<extra></extra>"))
+        return traces, [], []
+
+    add_panel("likelihood", "Likelihood of sampled responses (old policy)",
+              [("lik_pos", "pos (A≥0)", "solid"), ("lik_neg", "neg (A<0)", "dot")],
+              note=LIKELIHOOD_NOTE, shade=True)
+    add_panel("likelihood_ref", "Likelihood under the reference policy",
+              [("lik_pos_ref", "pos (A≥0)", "solid"), ("lik_neg_ref", "neg (A<0)", "dot")],
+              note="Same masking caveats as the likelihood panel.")
+    add_panel("reward", "Reward", [("reward", "", "solid")], shade=True, marks=collapse_marks)
+    add_panel("grad_norm", "Gradient norm (log scale)", [("grad_norm", "", "solid")],
+              log_y=True, shade=True, marks=spike_marks)
+    for metric_id in ("entropy", "kl", "ppo_kl", "llds_penalty", "valid_search",
+                      "response_length"):
+        metric = CANONICAL_BY_ID[metric_id]
+        add_panel(metric_id, metric.label[:1].upper() + metric.label[1:],
+                  [(metric_id, "", "solid")], log_y=metric.log_y)
+    val_ids = sorted({m for keys in resolved.values() for m in keys if m.startswith("val:")})
+    if val_ids:
+        dashes = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")
+        add_panel("validation", "Validation scores",
+                  [(m, m[4:], dashes[i % len(dashes)]) for i, m in enumerate(val_ids)],
+                  note="Logged on validation steps only.")
+    for key in extra_metrics:
+        add_panel(f"metric:{key}", key, [(key, "", "solid")])
+    return panels
+
+
+def metric_choices(runs: Sequence[Run]) -> list[str]:
+    """Every raw key in any run, for a 'pick a metric' control."""
+    return sorted({key for run in runs for key in run.table.columns})
+
+
+def canonical_legend(runs: Sequence[Run]) -> list[tuple[str, str]]:
+    """(label, raw key) pairs of the canonical series found, for a legend of raw keys."""
+    seen: dict[str, str] = {}
+    for run in runs:
+        for metric_id, key in resolve_metrics(run.table.columns).items():
+            seen.setdefault(metric_label(metric_id), key)
+    return sorted(seen.items())

@@ -1,0 +1,174 @@
+"""Runs and the metrics we know how to read from them.
+
+A `Run` is one training run: a name, a method label (GRPO or LLDS) and a step x metric table
+whose columns keep the raw logger keys. `CANONICAL` maps the verl / LLDS-fork keys onto the
+series the analysis and the plots speak about; anything else stays plottable by raw key.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+METHODS = ("GRPO", "LLDS")
+
+# Formats whose numbers were printed by verl's console logger, which rounds to 3 decimals.
+ROUNDED_FORMATS = frozenset({"verl-console"})
+
+
+@dataclass
+class Run:
+    """One training run. `table` is indexed by integer step; columns are raw metric keys."""
+
+    name: str
+    table: pd.DataFrame
+    source: str
+    source_format: str
+    method: str = "GRPO"
+    method_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rounded(self) -> bool:
+        """True when values went through verl's 3-decimal console rounding."""
+        return self.source_format in ROUNDED_FORMATS
+
+    @property
+    def steps(self) -> pd.Index:
+        return self.table.index
+
+
+def make_run(name: str, table: pd.DataFrame, source: str, source_format: str,
+             notes: list[str] | None = None) -> Run:
+    """Build a Run with a sorted float table and a guessed method label."""
+    table = table.sort_index()
+    table.index = table.index.astype("int64")
+    table.index.name = "step"
+    table = table.astype("float64")
+    method, reason = guess_method(name, table)
+    return Run(name=name, table=table, source=source, source_format=source_format,
+               method=method, method_reason=reason, notes=list(notes or []))
+
+
+# `lambda0.2`, `lambda_0.2`, `lambda=0.2`, `lam0.2` in run names: the LLDS weight.
+_LAMBDA_RE = re.compile(r"(?:lambda|lam)[_=\-]?(\d+(?:\.\d+)?(?:e-?\d+)?)", re.IGNORECASE)
+_LLDS_WORD_RE = re.compile(r"llds|noreduce", re.IGNORECASE)
+
+
+def guess_method(name: str, table: pd.DataFrame | None = None) -> tuple[str, str]:
+    """Guess GRPO or LLDS from a run name, returning (method, why).
+
+    An explicit lambda in the name decides (0 = plain GRPO, > 0 = LLDS), because the LLDS
+    fork with lambda 0 *is* GRPO. Otherwise `llds` / `noreduce` in the name means LLDS.
+    Failing both, a logged `actor/loss_noreduce_coef` above 0 means LLDS; else GRPO.
+    """
+    match = _LAMBDA_RE.search(name)
+    if match:
+        value = float(match.group(1))
+        if value > 0:
+            return "LLDS", f"name has {match.group(0)!r}"
+        return "GRPO", f"name has {match.group(0)!r} (no LLDS penalty)"
+    match = _LLDS_WORD_RE.search(name)
+    if match:
+        return "LLDS", f"name has {match.group(0)!r}"
+    if table is not None and "actor/loss_noreduce_coef" in table.columns:
+        coef = table["actor/loss_noreduce_coef"].dropna()
+        if len(coef) and float(coef.max()) > 0:
+            return "LLDS", f"actor/loss_noreduce_coef = {float(coef.max()):g}"
+    return "GRPO", "no LLDS marker in the name"
+
+
+def normalise_method(label: str) -> str:
+    """'llds' -> 'LLDS'; raises ValueError for anything but GRPO/LLDS."""
+    upper = label.strip().upper()
+    if upper not in METHODS:
+        raise ValueError(f"method must be GRPO or LLDS, got {label!r}")
+    return upper
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A canonical series: what it is called on screen and which raw keys supply it."""
+
+    id: str
+    label: str
+    keys: tuple[str, ...]
+    caveat: str = ""
+    log_y: bool = False
+
+
+_LIK_CAVEAT = (
+    "mean token log-likelihood under the behaviour policy; 'pos' = advantage >= 0 "
+    "(includes all-equal groups), not 'correct'; divided by all response tokens, so it also "
+    "moves with the share of such tokens; last micro-batch only"
+)
+
+CANONICAL: tuple[Metric, ...] = (
+    Metric("lik_pos", "log-lik., advantage >= 0 responses", ("actor/pos_avg_old_log_prob",),
+           _LIK_CAVEAT),
+    Metric("lik_neg", "log-lik., advantage < 0 responses", ("actor/neg_avg_old_log_prob",),
+           _LIK_CAVEAT.replace("'pos' = advantage >= 0 (includes all-equal groups), not "
+                               "'correct'", "'neg' = advantage < 0, not 'wrong'")),
+    Metric("lik_pos_ref", "ref-policy log-lik., advantage >= 0", ("actor/pos_avg_ref_log_prob",),
+           "same masking as above, under the frozen reference policy"),
+    Metric("lik_neg_ref", "ref-policy log-lik., advantage < 0", ("actor/neg_avg_ref_log_prob",),
+           "same masking as above, under the frozen reference policy"),
+    Metric("reward", "reward (mean score)", ("critic/score/mean", "critic/rewards/mean")),
+    Metric("grad_norm", "gradient norm", ("actor/grad_norm",), log_y=True),
+    Metric("entropy", "entropy", ("actor/entropy", "actor/entropy_loss")),
+    Metric("kl", "KL to reference", ("actor/kl_loss", "actor/kl")),
+    Metric("ppo_kl", "PPO KL (old -> new policy)", ("actor/ppo_kl",)),
+    Metric("llds_penalty", "LLDS penalty", ("actor/loss_noreduce",)),
+    Metric("valid_search", "valid searches per response", ("env/number_of_valid_search",)),
+    Metric("response_length", "response length (tokens)", ("response_length/mean",)),
+)
+CANONICAL_BY_ID = {m.id: m for m in CANONICAL}
+
+# val/test_score/nq, val-core/nq/acc/mean@1, val-core/nq/reward/mean@1 ...
+_VAL_RE = re.compile(r"^val(?:-core)?/(?:test_score/)?([^/]+)(?:/(.+))?$")
+
+
+def resolve_metrics(columns: list[str] | pd.Index) -> dict[str, str]:
+    """Map canonical id -> raw key present in `columns` (first listed key wins).
+
+    Validation scores become ids `val:<dataset>`; for `val-core` keys the first
+    `mean@1`-style key per dataset is used when several exist.
+    """
+    present = set(columns)
+    found: dict[str, str] = {}
+    for metric in CANONICAL:
+        for key in metric.keys:
+            if key in present:
+                found[metric.id] = key
+                break
+    for key in sorted(present):
+        dataset = validation_dataset(key)
+        if dataset is not None:
+            found.setdefault(f"val:{dataset}", key)
+    return found
+
+
+def validation_dataset(key: str) -> str | None:
+    """'val/test_score/nq' -> 'nq'; None for keys that are not validation scores."""
+    match = _VAL_RE.match(key)
+    if not match:
+        return None
+    dataset, rest = match.group(1), match.group(2)
+    if key.startswith("val/") and not key.startswith("val/test_score/"):
+        return None
+    if key.startswith("val-core/") and rest is not None and "mean" not in rest:
+        return None
+    return dataset
+
+
+def metric_label(metric_id: str) -> str:
+    if metric_id.startswith("val:"):
+        return f"validation score, {metric_id[4:]}"
+    return CANONICAL_BY_ID[metric_id].label
+
+
+def recognised_keys(columns: list[str] | pd.Index) -> list[str]:
+    """Raw keys in `columns` that map to a canonical series."""
+    return sorted(set(resolve_metrics(columns).values()))

@@ -1,0 +1,125 @@
+"""The transformers backend on tiny Qwen2 models the tests build, loaded like hub models."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import protocol
+from app.agent import AgentSettings, run_agent, run_agent_batch
+from app.backends.base import ModelLoadError, Sampling
+from app.backends.hf import TransformersBackend
+from app.events import AnswerGiven, DocumentsReturned, Finished, TextDelta
+from app.models import check_loadable
+
+
+@pytest.fixture(scope="module")
+def scripted(tiny_models):
+    return TransformersBackend(str(tiny_models["scripted"]))
+
+
+@pytest.fixture(scope="module")
+def random_model(tiny_models):
+    return TransformersBackend(str(tiny_models["random"]))
+
+
+def test_prompt_uses_the_chat_template(scripted):
+    prompt = scripted.build_prompt("who wrote hamlet")
+    assert prompt == ("<|im_start|>user\n" + protocol.user_message("who wrote hamlet")
+                      + "<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_real_model_searches_then_answers(scripted, local_retriever):
+    settings = AgentSettings(max_obs_tokens=4000)
+    events = list(run_agent("which film", scripted, local_retriever, settings))
+    done = events[-1]
+    assert isinstance(done, Finished) and done.stop_reason == "answer"
+    assert done.searches == 1 and done.turns == 2
+    # The stop string fired right at `</search>`: the turn is the scripted path, no more.
+    first_turn = done.response.split("\n\n<information>")[0]
+    assert first_turn.startswith("<think>") and first_turn.endswith("</search>")
+    docs = next(e for e in events if isinstance(e, DocumentsReturned))
+    assert docs.docs and docs.rendered in done.trajectory
+    answer = next(e for e in events if isinstance(e, AnswerGiven))
+    assert done.response.endswith("</answer>") and answer.answer in done.response
+    # Streaming: many deltas, which together are the generated text.
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) >= 4
+    generated = done.response.replace(docs.rendered, "")
+    assert "".join(deltas) == generated
+    assert done.new_tokens == 7 + 3  # the two scripted paths, each ending at its stop tag
+
+
+def test_eos_ends_a_turn_and_optionally_the_run(tiny_models, local_retriever):
+    backend = TransformersBackend(str(tiny_models["eos"]))
+    *_, last = backend.stream([backend.build_prompt("q")], 50, Sampling())
+    assert last.finish == "eos" and last.text == "<think> the</think>" and last.new_tokens == 4
+    stopped = list(run_agent("q", backend, local_retriever, AgentSettings(stop_on_eos=True)))
+    assert stopped[-1].stop_reason == "eos" and stopped[-1].turns == 1
+    protocol_run = list(run_agent("q", backend, local_retriever, AgentSettings(max_turns=1)))
+    assert protocol_run[-1].stop_reason == "max_turns"
+    assert protocol.INVALID_ACTION_MESSAGE in protocol_run[-1].trajectory
+
+
+def test_token_budget_and_max_turns_hold(random_model, local_retriever):
+    settings = AgentSettings(max_turns=2, max_new_tokens=6)
+    done = list(run_agent("q", random_model, local_retriever, settings))[-1]
+    assert done.stop_reason == "max_turns" and done.turns == 3
+    assert done.new_tokens == 3 * 6 and done.invalid_actions == 2
+
+
+def _first_forward_lengths(backend):
+    """Record how many tokens the first forward pass of each generate call is fed."""
+    seen: list[int] = []
+    original = backend.model.forward
+
+    def forward(*args, **kwargs):
+        ids = kwargs.get("input_ids")
+        seen.append(ids.shape[1] if ids is not None else -1)
+        return original(*args, **kwargs)
+
+    backend.model.forward = forward
+    return seen
+
+
+def test_kv_reuse_gives_the_same_tokens_as_reencoding(tiny_models, local_retriever):
+    settings = AgentSettings(max_turns=2, max_new_tokens=12)
+    reuse = TransformersBackend(str(tiny_models["random"]), reuse_cache=True)
+    fresh = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    fed = _first_forward_lengths(reuse)
+    a = list(run_agent("who wrote hamlet", reuse, local_retriever, settings))[-1]
+    b = list(run_agent("who wrote hamlet", fresh, local_retriever, settings))[-1]
+    assert a.trajectory == b.trajectory and a.new_tokens == b.new_tokens == 36
+    # Later turns fed only the new tokens (observation / invalid note), not the whole context.
+    prefills = [n for n in fed if n > 1]
+    context = reuse.count_tokens(a.trajectory)
+    assert prefills[0] == reuse.count_tokens(a.prompt)
+    assert len(prefills) == 3 and all(n < context // 3 for n in prefills[1:])
+
+
+def test_batched_equals_one_by_one(random_model, local_retriever):
+    questions = ["who wrote hamlet", "what is the speed of light in vacuum", "capital of peru"]
+    settings = AgentSettings(max_turns=1, max_new_tokens=10)
+    batched = dict(run_agent_batch(questions, random_model, local_retriever, settings))
+    for i, q in enumerate(questions):
+        one = list(run_agent(q, random_model, local_retriever, settings))[-1]
+        assert batched[i].trajectory == one.trajectory, i
+        assert batched[i].new_tokens == one.new_tokens
+
+
+def test_batched_real_model_search_and_answer(scripted, local_retriever):
+    settings = AgentSettings(max_obs_tokens=4000)
+    results = dict(run_agent_batch(["a", "b", "c"], scripted, local_retriever, settings))
+    assert sorted(results) == [0, 1, 2]
+    assert all(r.stop_reason == "answer" and r.searches == 1 for r in results.values())
+
+
+def test_missing_models_fail_fast_with_advice(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="not in the local Hugging Face cache"):
+        check_loadable("SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA")
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        check_loadable(str(tmp_path))
+    with pytest.raises(ModelLoadError, match="neither a local directory nor a hub id"):
+        check_loadable("not a model")
+    with pytest.raises(ModelLoadError):
+        TransformersBackend("SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA")

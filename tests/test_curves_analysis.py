@@ -1,0 +1,136 @@
+"""The phase rule on SYNTHETIC curves with known phases (tests/curves_fixtures.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from app.curves.analysis import (
+    PhaseRule,
+    analyse_run,
+    detect_phases,
+    grad_spikes,
+    reward_collapse,
+    summary_table,
+)
+from app.curves.plots import ema
+from app.curves.runs import make_run
+from tests.curves_fixtures import SyntheticPhases, synthetic_run
+
+LIK = "actor/pos_avg_old_log_prob"
+
+
+def _run(kind: str, seed: int = 0, **kwargs):
+    return make_run(f"synthetic-{kind}-{seed}", synthetic_run(kind, seed=seed, **kwargs),
+                    "synthetic", "csv")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_known_onsets_found_within_tolerance(seed):
+    truth = SyntheticPhases()
+    a = analyse_run(_run("grpo", seed))
+    assert a.decay_onset is not None and abs(a.decay_onset - truth.decay_at) <= 12
+    assert a.accel_onset is not None and abs(a.accel_onset - truth.accel_at) <= 8
+    assert a.reward_collapse_step is not None
+    assert 0 <= a.reward_collapse_step - truth.collapse_at <= 10
+    assert [label for label, _, _ in a.phases()] == ["I", "II", "III"]
+    assert a.likelihood_change < -1.0
+
+
+@pytest.mark.parametrize(("decay_at", "accel_at"), [(40, 150), (100, 160)])
+def test_other_phase_positions(decay_at, accel_at):
+    phases = SyntheticPhases(decay_at=decay_at, accel_at=accel_at, collapse_at=accel_at + 40,
+                             steps=250)
+    run = make_run("synthetic", synthetic_run("grpo", steps=250, seed=1, phases=phases),
+                   "synthetic", "csv")
+    a = analyse_run(run)
+    assert abs(a.decay_onset - decay_at) <= 12
+    assert abs(a.accel_onset - accel_at) <= 8
+
+
+@pytest.mark.parametrize("kind", ["flat", "llds"])
+@pytest.mark.parametrize("seed", range(8))
+def test_stable_runs_report_no_phase_and_no_collapse(kind, seed):
+    a = analyse_run(_run(kind, seed))
+    assert a.decay_onset is None and a.accel_onset is None
+    assert a.reward_collapse_step is None and a.grad_spikes == []
+    assert a.phases() == []
+    assert any("no sustained likelihood decline" in note for note in a.notes)
+
+
+def test_too_few_steps_claims_nothing():
+    a = analyse_run(_run("grpo", steps=20))
+    assert a.decay_onset is None and a.reward_collapse_step is None
+    assert any("at least 30" in note for note in a.notes)
+    assert any("collapse not judged" in note for note in a.notes)
+
+
+def test_steady_decay_without_acceleration():
+    steps = np.arange(1, 201)
+    values = np.where(steps < 80, -0.3, -0.3 - 0.002 * (steps - 80))
+    rng = np.random.default_rng(0)
+    series = pd.Series(values + rng.normal(0, 0.005, 200), index=steps)
+    _, decay, accel, notes = detect_phases(series, PhaseRule())
+    assert abs(decay - 80) <= 8 and accel is None
+    assert any("no accelerated collapse" in note for note in notes)
+
+
+def test_decline_that_recovers_is_not_claimed():
+    steps = np.arange(1, 201)
+    values = -0.3 - 0.1 * np.exp(-(((steps - 100) / 25.0) ** 2))  # dip and full recovery
+    _, decay, _, notes = detect_phases(pd.Series(values, index=steps), PhaseRule())
+    assert decay is None
+    assert any("recovered" in note for note in notes)
+
+
+def test_rule_parameters_change_the_outcome():
+    run = _run("grpo", 0)
+    assert analyse_run(run, PhaseRule(accel_ratio=1000.0)).accel_onset is None
+    assert analyse_run(run, PhaseRule(min_drop=10.0)).decay_onset is None
+    assert analyse_run(run, PhaseRule(min_steps=500)).decay_onset is None
+
+
+def test_reward_drop_at_the_very_end_is_too_soon_to_call():
+    reward = pd.Series(np.r_[np.full(95, 0.5), np.full(5, 0.1)], index=np.arange(100))
+    step, note = reward_collapse(reward, PhaseRule(smooth_window=1))
+    assert step is None and "too soon" in note
+    step, note = reward_collapse(reward, PhaseRule(smooth_window=1, reward_min_steps=5))
+    assert step == 95 and note is None
+
+
+def test_grad_spikes_found_where_injected():
+    values = np.full(100, 0.3)
+    values[[40, 70]] = 5.0
+    assert grad_spikes(pd.Series(values, index=np.arange(100)), PhaseRule()) == [40, 70]
+
+
+def test_missing_metrics_are_reported_not_guessed():
+    table = synthetic_run("grpo").drop(columns=[LIK, "critic/score/mean"])
+    a = analyse_run(make_run("synthetic", table, "synthetic", "csv"))
+    assert a.peak_step is None and a.best_reward is None
+    joined = " ".join(a.notes)
+    assert LIK in joined and "critic/score/mean" in joined
+    row = summary_table([a]).iloc[0]
+    assert row["collapsed"] == "unknown" and pd.isna(row["steady decay onset (II)"])
+
+
+def test_summary_table_rows():
+    analyses = [analyse_run(_run("grpo", 0)), analyse_run(_run("llds", 0))]
+    table = summary_table(analyses)
+    assert list(table["run"]) == ["synthetic-grpo-0", "synthetic-llds-0"]
+    assert list(table["method"]) == ["GRPO", "LLDS"]
+    assert list(table["collapsed"]) == ["yes", "no"]
+    grpo, llds = table.iloc[0], table.iloc[1]
+    assert grpo["steps"] == 200 and grpo["step range"] == "1-200"
+    assert grpo["final reward (last 5 mean)"] < 0.1 < grpo["best reward (smoothed)"]
+    assert 100 <= grpo["best reward step"] <= 165
+    assert grpo["first grad-norm spike"] >= 150
+    assert pd.isna(llds["reward collapse step"])
+    assert table["steady decay onset (II)"].dtype == "Int64"
+
+
+def test_ema_weight():
+    values = pd.Series([0.0, 1.0, 1.0])
+    assert list(ema(values, 0.0)) == [0.0, 1.0, 1.0]
+    np.testing.assert_allclose(ema(values, 0.5), [0.0, 0.5, 0.75])
