@@ -18,7 +18,7 @@ class Engine(Protocol):
 
 
 def open_engine(engine: str = "bm25", corpus: str | None = "default", index: str | None = None,
-                encoder: str | None = None, threads: int = 4) -> Engine:
+                encoder: str | None = None, threads: int | None = None) -> Engine:
     """Open (building and caching on first use) an engine over a corpus."""
     if engine == "bm25":
         from retriever.lucene import open_lucene

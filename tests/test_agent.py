@@ -21,7 +21,8 @@ from app.events import (
 from retriever.client import RetrieverError
 from tests.scripted_backend import ScriptedBackend
 
-SEARCH = "<think>I need the director.</think>\n<search> 2001 A Space Odyssey film director </search>"
+SEARCH = ("<think>I need the director.</think>\n"
+          "<search> 2001 A Space Odyssey film director </search>")
 ANSWER = "<think>The documents say Kubrick.</think>\n<answer> Stanley Kubrick </answer>"
 
 

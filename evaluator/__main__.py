@@ -1,0 +1,158 @@
+"""`python -m evaluator --all` · `python -m evaluator report RUN...` · `... show RUN`."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from app.config import (
+    add_agent_flags,
+    add_model_flags,
+    add_retriever_flags,
+    agent_settings,
+    make_backend,
+    make_retriever,
+    retriever_label,
+)
+from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings, resolve_names
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m evaluator",
+        description="Score a search agent on the Search-R1 benchmarks (exact Search-R1 "
+                    "protocol). Subcommands: `report RUN [RUN...]`, `show RUN --dataset D`.")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="all seven benchmarks")
+    which.add_argument("--datasets", help=f"comma-separated, from {','.join(BENCHMARK_NAMES)}")
+    pick = parser.add_mutually_exclusive_group()
+    pick.add_argument("--limit", type=int, help="first N questions (FlashRAG uses 1000)")
+    pick.add_argument("--sample", type=int, help="a random sample of N questions (--seed)")
+    parser.add_argument("--data-dir", help="local benchmarks: DIR/nq/test.jsonl and so on")
+    parser.add_argument("--merged-parquet", help="Search-R1's merged test.parquet")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="questions advanced together (transformers backend)")
+    parser.add_argument("--concurrency", type=int, default=32,
+                        help="requests in flight (openai backend)")
+    parser.add_argument("--output", help="run directory (default runs/<model name>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="discard stored results made with other settings")
+    add_model_flags(parser)
+    add_retriever_flags(parser)
+    add_agent_flags(parser)
+    return parser
+
+
+def default_output(model: str) -> Path:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.rstrip("/")).name) or "run"
+    return Path("runs") / name
+
+
+def cmd_run(argv: list[str]) -> int:
+    from tqdm import tqdm
+
+    from evaluator.report import render_markdown, write_summary
+    from evaluator.runner import RunMismatch, evaluate, prepare_run_dir
+
+    args = _run_parser().parse_args(argv)
+    if not args.all and not args.datasets:
+        print("error: say which benchmarks: --all or --datasets nq,hotpotqa", file=sys.stderr)
+        return 2
+    names = resolve_names(None if args.all else args.datasets.split(","))
+    settings = agent_settings(args)
+    try:  # all data first: a missing file should not wait for a model to load
+        data = {n: load_with_warnings(n, args.data_dir, args.merged_parquet, args.limit,
+                                      args.sample, args.seed or 0) for n in names}
+    except DataError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for _, notes in data.values():
+        for note in notes:
+            print(f"warning: {note}", file=sys.stderr)
+    run_dir = Path(args.output) if args.output else default_output(args.model)
+    stored = {"model": args.model, "backend": args.backend, "retriever": retriever_label(args),
+              "max_turns": settings.max_turns, "topk": settings.topk,
+              "max_new_tokens": settings.max_new_tokens, "greedy": settings.greedy,
+              "temperature": settings.temperature, "top_p": settings.top_p,
+              "seed": args.seed or 0, "limit": args.limit, "sample": args.sample,
+              "stop_on_eos": settings.stop_on_eos, "datasets": names}
+    try:
+        prepare_run_dir(run_dir, stored, overwrite=args.overwrite)
+    except RunMismatch as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from app.backends.base import ModelLoadError
+
+    try:
+        backend = make_backend(args)
+    except ModelLoadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    retriever = make_retriever(args)
+    batch = args.concurrency if args.backend == "openai" else args.batch_size
+    for name, (questions, _) in data.items():
+        path = run_dir / f"{name}.jsonl"
+        scores: list[float] = []
+        bar = tqdm(total=len(questions), desc=name, unit="q", dynamic_ncols=True)
+        from evaluator.runner import finished_ids
+
+        bar.update(len(finished_ids(path) & {q.id for q in questions}))
+        for record in evaluate(questions, backend, retriever, settings, path, batch):
+            scores.append(record["metrics"]["em"])
+            bar.update(1)
+            bar.set_postfix(em=f"{sum(scores) / len(scores):.3f}")
+        bar.close()
+    print(render_markdown(write_summary(run_dir)), end="")
+    print(f"\nresults: {run_dir}/ (summary.md, summary.csv, summary.json, <dataset>.jsonl)")
+    return 0
+
+
+def cmd_report(argv: list[str]) -> int:
+    from evaluator.report import compare_runs, render_markdown, write_summary
+
+    parser = argparse.ArgumentParser(prog="python -m evaluator report")
+    parser.add_argument("runs", nargs="+")
+    args = parser.parse_args(argv)
+    missing = [r for r in args.runs if not (Path(r) / "settings.json").is_file()]
+    if missing:
+        print(f"error: not a run directory (no settings.json): {', '.join(missing)}",
+              file=sys.stderr)
+        return 2
+    if len(args.runs) == 1:
+        print(render_markdown(write_summary(args.runs[0])), end="")
+    else:
+        print(compare_runs(args.runs), end="")
+    return 0
+
+
+def cmd_show(argv: list[str]) -> int:
+    from evaluator.report import failures, render_failures
+
+    parser = argparse.ArgumentParser(prog="python -m evaluator show")
+    parser.add_argument("run")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--failures", action="store_true", default=True,
+                        help="list the questions the run got wrong (the default)")
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args(argv)
+    try:
+        items = failures(args.run, args.dataset)
+    except (KeyError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(render_failures(items, limit=args.limit), end="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"report": cmd_report, "show": cmd_show}
+    if argv and argv[0] in commands:
+        return commands[argv[0]](argv[1:])
+    return cmd_run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
