@@ -30,12 +30,12 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_retriever_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retriever")
-    group.add_argument("--retriever-url", default=env("LLDS_RETRIEVER_URL"),
+    group.add_argument("--retriever-url", default=env("RETRIEVER_URL"),
                        help="a Search-R1 /retrieve server; default: in-process retriever")
-    group.add_argument("--corpus", default=env("LLDS_CORPUS", "default"))
+    group.add_argument("--corpus", default=env("RETRIEVER_CORPUS", "default"))
     group.add_argument("--engine", choices=("bm25", "bm25s", "dense"),
-                       default=env("LLDS_ENGINE", "bm25"))
-    group.add_argument("--index", default=env("LLDS_INDEX"))
+                       default=env("RETRIEVER_ENGINE", "bm25"))
+    group.add_argument("--index", default=env("RETRIEVER_INDEX"))
 
 
 def add_agent_flags(parser: argparse.ArgumentParser, max_new_tokens: int = 500) -> None:
@@ -73,11 +73,9 @@ def make_backend(args: argparse.Namespace):
 
 
 def make_retriever(args: argparse.Namespace):
-    from retriever.client import HttpRetriever, LocalRetriever
+    from retriever.client import open_retriever
 
-    if args.retriever_url:
-        return HttpRetriever(args.retriever_url)
-    return LocalRetriever(engine=args.engine, corpus=args.corpus, index=args.index)
+    return open_retriever(args.retriever_url, args.corpus, args.engine, args.index)
 
 
 def retriever_label(args: argparse.Namespace) -> str:

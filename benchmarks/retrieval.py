@@ -164,13 +164,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(cache: Path, log_path: Path, timeout: float = 180.0) -> tuple[
-        subprocess.Popen, str]:
+def start_server(cache: Path, log_path: Path, timeout: float = 180.0,
+                 engine: str = "bm25") -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "LLDS_CACHE_DIR": str(cache)}
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "retriever", "serve", "--host", HOST, "--port", str(port)],
+            [sys.executable, "-m", "retriever", "serve", "--host", HOST, "--port", str(port),
+             "--engine", engine],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://{HOST}:{port}"
     deadline = time.monotonic() + timeout
@@ -220,7 +221,8 @@ def batches(queries: list[str], size: int) -> list[list[str]]:
     return [queries[i:i + size] for i in range(0, len(queries), size)]
 
 
-def throughput(url: str, engine: Engine, queries: list[str]) -> dict[str, float]:
+def throughput(url: str, engine: Engine, queries: list[str],
+               name: str = "bm25") -> dict[str, float]:
     post(url, queries[:1])  # warm-up: connection, JIT, first search
     start = time.perf_counter()
     single = [post(url, [q]) for q in queries]
@@ -241,7 +243,7 @@ def throughput(url: str, engine: Engine, queries: list[str]) -> dict[str, float]
     a, b, c = (len(queries) / s for s in (single_s, batched_s, local_s))
     ms = 1000.0
     print_table(
-        f"2. bm25 throughput, {len(queries)} queries, topk={TOPK}",
+        f"2. {name} throughput, {len(queries)} queries, topk={TOPK}",
         ["mode", "requests", "seconds", "queries/s", "p50 ms/req", "p95 ms/req", "vs (a)"],
         [["(a) HTTP, 1 query/request", len(single), f"{single_s:.2f}", f"{a:.0f}",
           f"{percentile(single, 50) * ms:.2f}", f"{percentile(single, 95) * ms:.2f}", "1.0x"],
@@ -344,8 +346,8 @@ def main() -> int:
         print(f"queries: {len(queries)} (seed {SEED}), e.g. {queries[0]!r}, {queries[1]!r}")
 
         opened = build_engines(engines, records, cache, args.dense_docs)
-        for name in [n for n in opened if n != "bm25"]:
-            del opened[name]  # only bm25 is searched in-process below
+        for name in [n for n in opened if n not in ("bm25", "bm25s")]:
+            del opened[name]  # only the BM25 engines are served and searched below
 
         server, base = start_server(cache, Path(tmp) / "server.log")
         try:
@@ -359,6 +361,13 @@ def main() -> int:
                  f"{self_peak_rss_mb():.0f}", f"{proc_status_mb(os.getpid(), 'VmRSS'):.0f}"]])
         finally:
             stop_server(server)
+        if "bm25s" in opened:  # the JVM-free engine behind the same server, for comparison
+            server, base = start_server(cache, Path(tmp) / "server-bm25s.log", engine="bm25s")
+            try:
+                print(f"\nserver pid {server.pid} at {base} (bm25s, cached index)")
+                throughput(f"{base}/retrieve", opened["bm25s"], queries, name="bm25s")
+            finally:
+                stop_server(server)
     return 1 if failures else 0
 
 

@@ -92,3 +92,11 @@ class LocalRetriever:
         except Exception as err:
             raise RetrieverError(f"The in-process {self.spec['engine']} retriever failed: "
                                  f"{err}") from err
+
+
+def open_retriever(url: str | None = None, corpus: str | None = "default", engine: str = "bm25",
+                   index: str | None = None) -> Retriever:
+    """The HTTP client when a URL is given, else the in-process engine (opened lazily)."""
+    if url:
+        return HttpRetriever(url)
+    return LocalRetriever(engine=engine, corpus=corpus, index=index)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 from retriever.corpus import resolve_corpus
@@ -28,7 +29,7 @@ def open_engine(engine: str = "bm25", corpus: str | None = "default", index: str
     if engine == "bm25s":
         from retriever.sparse import SparseBM25
 
-        return SparseBM25(resolve_corpus(corpus), index_dir=None if index is None else index)
+        return SparseBM25(resolve_corpus(corpus), index_dir=None if index is None else Path(index))
     if engine == "dense":
         from retriever.dense import DEFAULT_ENCODER, DenseRetriever
 

@@ -215,16 +215,16 @@ class TransformersBackend:
         outputs = []
         for row, budget in zip(out[:, width:].tolist(), max_new_tokens, strict=True):
             new_ids = row[:budget]
-            turn = self._finish(new_ids, "", budget, False)
-            if turn.finish == "eos":
-                outputs.append(turn)
-                continue
-            # Another row may have run on after this one's stop string: cut at the first stop.
-            text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+            # Rows run on until the whole batch stops: end each at its own first EOS or
+            # stop string, whichever came first.
+            eos_at = next((n for n, t in enumerate(new_ids) if t in self.eos_ids), None)
+            kept = new_ids if eos_at is None else new_ids[:eos_at]
+            text = self.tokenizer.decode(kept, skip_special_tokens=True)
             cut = protocol.find_stop(text)
             if cut >= 0:
-                kept = self._tokens_until(new_ids, cut)
-                outputs.append(TurnOutput(text[:cut], kept, "stop"))
+                outputs.append(TurnOutput(text[:cut], self._tokens_until(kept, cut), "stop"))
+            elif eos_at is not None:
+                outputs.append(TurnOutput(text, eos_at + 1, "eos"))
             else:
                 outputs.append(TurnOutput(text, len(new_ids), "length"))
         return outputs

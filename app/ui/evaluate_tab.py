@@ -1,0 +1,108 @@
+"""The "Evaluate" tab: score a model on a sample of one benchmark, with a progress bar.
+
+It calls the evaluator's own runner, so a sample scored here is scored exactly as
+`python -m evaluator` scores it, and lands in `runs/` the same way (resumable).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from app.backends.base import ModelLoadError
+from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings
+from evaluator.metrics import aggregate
+
+MAX_SAMPLE = 500
+
+
+def run_dir_for(model: str, dataset: str, sample: int, seed: int) -> Path:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.rstrip("/")).name) or "model"
+    return Path("runs") / f"ui-{name}-{dataset}-sample{sample}-seed{seed}"
+
+
+def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
+                    data_dir: str, max_turns: int, progress=None) -> tuple[str, pd.DataFrame]:
+    """Run the evaluator on `sample` questions; (summary markdown, per-question table)."""
+    from app.agent import AgentSettings
+    from evaluator.runner import evaluate, prepare_run_dir
+
+    model = (model or "").strip()
+    if not model:
+        return "Pick a model first.", pd.DataFrame()
+    sample = max(1, min(int(sample), MAX_SAMPLE))
+    try:
+        questions, notes = load_with_warnings(dataset, data_dir.strip() or None, None,
+                                              sample=sample, seed=int(seed))
+    except DataError as err:
+        return f"**Could not load {dataset}.** {err}", pd.DataFrame()
+    try:
+        backend = studio.pool.get(model)
+    except ModelLoadError as err:
+        return f"**Could not load the model.** {err}", pd.DataFrame()
+    settings = AgentSettings(max_turns=int(max_turns))
+    run_dir = run_dir_for(model, dataset, sample, int(seed))
+    prepare_run_dir(run_dir, {"model": model, "backend": "ui", "retriever": "app",
+                              "max_turns": settings.max_turns, "topk": settings.topk,
+                              "max_new_tokens": settings.max_new_tokens, "greedy": True,
+                              "temperature": settings.temperature, "top_p": settings.top_p,
+                              "seed": int(seed), "limit": None, "sample": sample,
+                              "stop_on_eos": False, "datasets": [dataset]})
+    path = run_dir / f"{dataset}.jsonl"
+    if not studio.pool.hold(model):
+        return "The model is busy.", pd.DataFrame()
+    try:
+        done = 0
+        for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
+            done += 1
+            if progress is not None:
+                progress((done, len(questions)), desc=f"{dataset}: {done}/{len(questions)}")
+    finally:
+        studio.pool.release(model)
+    from evaluator.report import read_jsonl
+
+    wanted = {q.id for q in questions}
+    records = [r for r in read_jsonl(path) if r["id"] in wanted]
+    stats = aggregate(records)
+    lines = [f"**{dataset}**, {len(records)} questions (random sample, seed {seed}; not the "
+             "full split, so not comparable with published numbers).",
+             f"EM {stats['em']:.3f} · sub-EM {stats['sub_em']:.3f} · F1 {stats['f1']:.3f} · "
+             f"answered {stats['answered']:.0%} · searches/question {stats['searches']:.2f}",
+             f"Results: `{path}`", *[f"_{n}_" for n in notes]]
+    table = pd.DataFrame([{"question": r["question"], "prediction": r["prediction"],
+                           "golden": "; ".join(r["golden_answers"]),
+                           "EM": r["metrics"]["em"], "searches": r["searches"],
+                           "stop": r["stop_reason"]} for r in records])
+    return "\n\n".join(lines), table
+
+
+def evaluate_tab(studio) -> None:
+    """Adds the tab; pass to `build_app(extra_tabs=[evaluate_tab])`."""
+    with gr.Tab("Evaluate"):
+        gr.Markdown("Score a model on a random sample of one benchmark with the exact "
+                    "Search-R1 protocol (greedy, top-3). For full runs use "
+                    "`python -m evaluator --all`.")
+        with gr.Row():
+            model = gr.Dropdown(studio.model_choices(), value=studio.default_model,
+                                allow_custom_value=True, label="Model")
+            dataset = gr.Dropdown(list(BENCHMARK_NAMES), value="nq", label="Benchmark")
+        with gr.Row():
+            sample = gr.Slider(1, MAX_SAMPLE, value=20, step=1, label="Questions (sample)")
+            seed = gr.Number(0, precision=0, label="Seed")
+            max_turns = gr.Slider(1, 8, value=4, step=1, label="Max turns")
+        data_dir = gr.Textbox(label="Local benchmark directory (DIR/nq/test.jsonl …); empty: "
+                                    "the Hugging Face Hub")
+        start = gr.Button("Evaluate", variant="primary")
+        summary = gr.Markdown()
+        table = gr.Dataframe(wrap=True)
+
+        def run(model, dataset, sample, seed, data_dir, max_turns,
+                progress=gr.Progress()):  # noqa: B008 (gradio injects the tracker)
+            return evaluate_sample(studio, model, dataset, sample, seed, data_dir, max_turns,
+                                   progress)
+
+        start.click(run, [model, dataset, sample, seed, data_dir, max_turns],
+                    [summary, table], api_name="evaluate", concurrency_limit=1)

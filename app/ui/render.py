@@ -1,0 +1,415 @@
+"""Agent events -> chat messages, as plain dicts (what `gr.Chatbot` accepts). Pure: no gradio.
+
+A `Transcript` folds one run's events into messages: each `<think>` part a collapsible
+thought, each search a panel titled with its query (pending while it runs, done with its
+time) holding the documents, invalid actions marked, the answer a bubble of its own.
+Everything the model or the corpus wrote is HTML-escaped, so `<search>` or a document's
+`<script>` shows as text whatever the chatbot's `allow_tags` says.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.events import (
+    AnswerGiven,
+    DocumentsReturned,
+    Event,
+    Finished,
+    InvalidAction,
+    SearchCalled,
+    TextDelta,
+    TurnStarted,
+    event_to_dict,
+)
+
+Message = dict[str, Any]
+
+THOUGHT_TITLE = "💭 Thought"
+ANSWER_PREFIX = "✅ **Answer:** "
+DOC_PREVIEW_CHARS = 700  # the panel shows a preview; the raw view has every character
+ATTRIBUTION = ("Documents: text from [Wikipedia](https://en.wikipedia.org/), licensed "
+               "[CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/).")
+
+_TAG = re.compile(r"<(/?)(think|search|answer)>")
+_TAG_NAMES = ("think", "search", "answer")
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """A UI-side event: where loading (or waiting for) a model stands."""
+
+    model: str
+    state: str  # loading, ready, waiting, failed
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def escape(text: str) -> str:
+    """Model or corpus text as literal text in a Markdown message (no tags, no HTML)."""
+    return html.escape(text, quote=False)
+
+
+def user_message(question: str) -> Message:
+    return {"role": "user", "content": escape(question)}
+
+
+def note(text: str, title: str | None = None) -> Message:
+    """An assistant message written by the app (trusted Markdown, not model text)."""
+    message: Message = {"role": "assistant", "content": text}
+    if title:
+        message["metadata"] = {"title": title, "status": "done"}
+    return message
+
+
+# Turn text -> segments ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # text, think, search, answer
+    text: str
+    closed: bool = True
+
+
+def _partial_tag_start(text: str) -> int:
+    """Where a trailing, not yet complete tag (`<thi`, `</sear`) starts; -1 if none."""
+    start = text.rfind("<")
+    if start == -1 or ">" in text[start:]:
+        return -1
+    tail = text[start:]
+    candidates = [f"<{n}>" for n in _TAG_NAMES] + [f"</{n}>" for n in _TAG_NAMES]
+    return start if any(c.startswith(tail) for c in candidates) else -1
+
+
+def split_turn(text: str, streaming: bool = False) -> list[Segment]:
+    """A turn's text as text / think / search / answer segments, in order.
+
+    While streaming, a half-written tag at the end is held back, and an open tag yields an
+    open (unclosed) segment. Stray closing tags are kept as text.
+    """
+    if streaming and (cut := _partial_tag_start(text)) >= 0:
+        text = text[:cut]
+    segments: list[Segment] = []
+    pos, open_kind, open_at = 0, None, 0
+    for match in _TAG.finditer(text):
+        closing, name = match.group(1) == "/", match.group(2)
+        if open_kind is None and not closing:
+            if match.start() > pos:
+                segments.append(Segment("text", text[pos:match.start()]))
+            open_kind, open_at = name, match.end()
+        elif open_kind == name and closing:
+            segments.append(Segment(name, text[open_at:match.start()]))
+            open_kind, pos = None, match.end()
+    if open_kind is not None:
+        segments.append(Segment(open_kind, text[open_at:], closed=False))
+    elif pos < len(text):
+        segments.append(Segment("text", text[pos:]))
+    return [s for s in segments if s.kind != "text" or s.text.strip()]
+
+
+# Pieces ---------------------------------------------------------------------------------
+def documents_markdown(docs: list, preview: int = DOC_PREVIEW_CHARS) -> str:
+    if not docs:
+        return "_No documents returned._"
+    parts = []
+    for i, doc in enumerate(docs, 1):
+        text = doc.text.strip()
+        if len(text) > preview:
+            text = text[:preview].rstrip() + " …"
+        parts.append(f"**{i}. {escape(doc.title)}** · score {doc.score:.2f}\n\n{escape(text)}")
+    return "\n\n".join(parts)
+
+
+@dataclass
+class _Search:
+    query: str
+    state: str = "written"  # written (tag closed), running, done, skipped
+    docs: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _search_message(query: str, search: _Search | None, closed: bool) -> Message:
+    title = f"🔍 Search: {escape(query.strip())}" if query.strip() else "🔍 Search"
+    metadata: dict[str, Any] = {"title": title, "status": "pending"}
+    if search is not None and search.state == "done":
+        metadata.update(status="done", duration=round(search.seconds, 3),
+                        log=f"{len(search.docs)} documents")
+        content = documents_markdown(search.docs)
+    elif search is not None and search.state == "skipped":
+        metadata["status"] = "done"
+        content = "_Not run: the closing round has no retrieval._"
+    elif search is not None and search.state == "failed":
+        metadata["status"] = "done"
+        content = "_The search failed; see the message below._"
+    elif search is not None and search.state == "cancelled":
+        metadata["status"] = "done"
+        content = "_Not run: stopped._"
+    else:
+        content = "Searching…" if closed else "Writing the query…"
+    return {"role": "assistant", "content": content, "metadata": metadata}
+
+
+def segment_message(segment: Segment, search: _Search | None = None) -> Message:
+    if segment.kind == "think":
+        return {"role": "assistant", "content": escape(segment.text.strip()) or "…",
+                "metadata": {"title": THOUGHT_TITLE,
+                             "status": "done" if segment.closed else "pending"}}
+    if segment.kind == "search":
+        return _search_message(segment.text, search, segment.closed)
+    if segment.kind == "answer":
+        return {"role": "assistant", "content": ANSWER_PREFIX + escape(segment.text.strip())}
+    return {"role": "assistant", "content": escape(segment.text.strip())}
+
+
+_ENDINGS = {
+    "cancelled": "⏹ Stopped.",
+    "max_turns": "No answer within the turn limit.",
+    "context_full": "Stopped: the context is full (4,096 tokens).",
+    "eos": "The model ended without an answer.",
+}
+
+
+def ending_message(finished: Finished) -> Message | None:
+    """What to say when a run ends without an answer (None when it answered)."""
+    if finished.stop_reason == "answer":
+        return None
+    if finished.stop_reason == "error":
+        return note(f"❌ **The run failed:** {escape(finished.error or 'unknown error')}")
+    return note(_ENDINGS.get(finished.stop_reason, f"Ended: {finished.stop_reason}."))
+
+
+# The fold -------------------------------------------------------------------------------
+class Transcript:
+    """One run's messages, updated event by event (the last turn re-rendered on each delta).
+
+    `now` is the clock for live token rates; tests pass their own.
+    """
+
+    def __init__(self, now: Callable[[], float] | None = None):
+        import time
+
+        self.now = now or time.perf_counter
+        self.messages: list[Message] = []
+        self.events: list[Event | ModelStatus] = []
+        self.turn_text = ""
+        self._turn_start = 0
+        self._search: _Search | None = None
+        self._status_at: int | None = None  # index of the model-status panel
+        self.turn = 0
+        self.max_turns = 0
+        self.searches = 0
+        self.finished: Finished | None = None
+        self.answer: str | None = None
+        self.generated = ""  # every generated character, for live token counts
+        self._gen_seconds = 0.0
+        self._turn_began: float | None = None
+        self.started = self.now()
+        self.first_text_at: float | None = None
+
+    # Timing of generation (retrieval excluded) -------------------------------------------
+    def _end_turn_clock(self) -> None:
+        if self._turn_began is not None:
+            self._gen_seconds += self.now() - self._turn_began
+            self._turn_began = None
+
+    @property
+    def generation_seconds(self) -> float:
+        running = self.now() - self._turn_began if self._turn_began is not None else 0.0
+        return self._gen_seconds + running
+
+    # Rendering ----------------------------------------------------------------------------
+    def _render_turn(self, streaming: bool) -> None:
+        parts = []
+        for segment in split_turn(self.turn_text, streaming=streaming):
+            parts.append(segment_message(segment, self._search if segment.kind == "search"
+                                         else None))
+        self.messages[self._turn_start:] = parts
+
+    def _close_turn(self) -> None:
+        self._render_turn(streaming=False)
+        self._turn_start = len(self.messages)
+        self.turn_text = ""
+        self._search = None
+
+    def apply(self, event: Event | ModelStatus) -> None:
+        self.events.append(event)
+        if isinstance(event, ModelStatus):
+            self._apply_status(event)
+        elif isinstance(event, TurnStarted):
+            self._close_turn()
+            self.turn, self.max_turns = event.turn, event.max_turns
+            self._turn_began = self.now()
+        elif isinstance(event, TextDelta):
+            if self.first_text_at is None:
+                self.first_text_at = self.now()
+            self.turn_text += event.text
+            self.generated += event.text
+            self._render_turn(streaming=True)
+        elif isinstance(event, SearchCalled):
+            self._end_turn_clock()
+            self.searches += 1
+            self._search = _Search(event.query, state="running")
+            self._render_turn(streaming=False)
+        elif isinstance(event, DocumentsReturned):
+            if self._search is None:
+                self._search = _Search(event.query)
+            self._search.state, self._search.docs = "done", list(event.docs)
+            self._search.seconds = event.seconds
+            self._close_turn()
+        elif isinstance(event, InvalidAction):
+            self._end_turn_clock()
+            self._close_turn()
+            self.messages.append(note(
+                "No `<search>` or `<answer>` in this turn, so the model was told: "
+                "_My previous action is invalid…_ and tried again.", title="⚠️ Invalid action"))
+            self._turn_start = len(self.messages)
+        elif isinstance(event, AnswerGiven):
+            self._end_turn_clock()
+            self.answer = event.answer
+            self._render_turn(streaming=False)
+        elif isinstance(event, Finished):
+            self._apply_finished(event)
+
+    def _apply_status(self, status: ModelStatus) -> None:
+        name = escape(status.model)
+        titles = {"loading": f"Loading model {name}", "waiting": f"Waiting for {name}",
+                  "ready": f"Model {name} ready", "failed": f"Model {name} could not be loaded"}
+        message: Message = {"role": "assistant", "content": escape(status.detail) or "…",
+                            "metadata": {"title": titles.get(status.state, name),
+                                         "status": "pending"}}
+        if status.state in ("ready", "failed"):
+            message["metadata"].update(status="done", duration=round(status.seconds, 3))
+        if status.state == "failed":
+            message = note(f"❌ **{titles['failed']}.** {escape(status.detail)}")
+        if self._status_at is None:
+            self._status_at = len(self.messages)
+            self.messages.append(message)
+        else:
+            self.messages[self._status_at] = message
+        self._turn_start = len(self.messages)
+
+    def _apply_finished(self, finished: Finished) -> None:
+        self._end_turn_clock()
+        self.finished = finished
+        state = {"max_turns": "skipped", "error": "failed"}.get(finished.stop_reason,
+                                                                "cancelled")
+        if self._search is not None and self._search.state in ("written", "running"):
+            self._search.state = state
+        elif self._search is None and any(s.kind == "search" for s in split_turn(self.turn_text)):
+            self._search = _Search("", state=state)
+        self._close_turn()
+        # Any thought left open (a stopped run) is no longer in progress.
+        for message in self.messages:
+            metadata = message.get("metadata") or {}
+            if metadata.get("status") == "pending":
+                metadata["status"] = "done"
+        ending = ending_message(finished)
+        if ending is not None:
+            self.messages.append(ending)
+
+    # Live stats ---------------------------------------------------------------------------
+    def tokens(self, count_tokens: Callable[[str], int] | None = None) -> int:
+        if self.finished is not None:
+            return self.finished.new_tokens
+        if count_tokens is None:
+            return len(self.generated.split())
+        return count_tokens(self.generated) if self.generated else 0
+
+    def stats(self, count_tokens: Callable[[str], int] | None = None) -> RunStats:
+        tokens = self.tokens(count_tokens)
+        seconds = (self.finished.seconds if self.finished is not None
+                   else self.now() - self.started)
+        generating = self.generation_seconds
+        return RunStats(turn=self.turn, max_turns=self.max_turns, searches=self.searches,
+                        tokens=tokens, seconds=seconds,
+                        tokens_per_second=tokens / generating if generating > 0 else 0.0,
+                        answer=self.answer,
+                        stop_reason=self.finished.stop_reason if self.finished else None)
+
+
+@dataclass(frozen=True)
+class RunStats:
+    turn: int
+    max_turns: int
+    searches: int
+    tokens: int
+    seconds: float
+    tokens_per_second: float
+    answer: str | None = None
+    stop_reason: str | None = None
+
+    def line(self) -> str:
+        turn = f"Turn {self.turn} of {self.max_turns}" if self.max_turns else "Turn –"
+        searches = f"{self.searches} search" + ("" if self.searches == 1 else "es")
+        state = f" · {self.stop_reason}" if self.stop_reason else " · running"
+        return (f"{turn} · {searches} · {self.tokens} tokens · "
+                f"{self.tokens_per_second:.1f} tokens/s · {self.seconds:.1f} s{state}")
+
+
+def render(events: Iterable[Event | ModelStatus]) -> list[Message]:
+    """All of a run's messages at once (the fold of `Transcript.apply`)."""
+    transcript = Transcript(now=lambda: 0.0)
+    for event in events:
+        transcript.apply(event)
+    return transcript.messages
+
+
+# Exports --------------------------------------------------------------------------------
+def coalesce(events: Iterable[Event | ModelStatus]) -> list[Event]:
+    """Agent events with consecutive TextDeltas merged (one per turn, not one per token)."""
+    merged: list[Event] = []
+    for event in events:
+        if isinstance(event, ModelStatus):
+            continue
+        if isinstance(event, TextDelta) and merged and isinstance(merged[-1], TextDelta):
+            merged[-1] = TextDelta(merged[-1].text + event.text)
+        else:
+            merged.append(event)
+    return merged
+
+
+def trace_jsonl(events: Iterable[Event | ModelStatus], header: dict | None = None) -> str:
+    """The trace as JSON lines of `event_to_dict`, after a header line when one is given."""
+    lines = [json.dumps({"event": "Run", **header}, ensure_ascii=False)] if header else []
+    lines += [json.dumps(event_to_dict(e), ensure_ascii=False) for e in coalesce(events)]
+    return "\n".join(lines) + "\n"
+
+
+def trace_markdown(question: str, model: str, events: Iterable[Event | ModelStatus],
+                   settings: dict | None = None) -> str:
+    """A readable record of one run: question, model, each step, the answer, the raw text."""
+    events = coalesce(events)
+    out = [f"# {question.strip()}", "", f"- Model: `{model}`"]
+    if settings:
+        out.append("- Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    finished = next((e for e in events if isinstance(e, Finished)), None)
+    if finished is not None:
+        out.append(f"- Stop reason: {finished.stop_reason}; turns {finished.turns}, searches "
+                   f"{finished.searches}, new tokens {finished.new_tokens}, "
+                   f"{finished.seconds:.2f} s")
+    out.append("")
+    for event in events:
+        if isinstance(event, TurnStarted):
+            closing = " (closing round, no retrieval)" if event.final else ""
+            out += [f"## Turn {event.turn} of {event.max_turns}{closing}", ""]
+        elif isinstance(event, TextDelta):
+            out += ["```text", event.text.strip(), "```", ""]
+        elif isinstance(event, DocumentsReturned):
+            out += [f"**Search:** {event.query} ({event.seconds:.2f} s)", ""]
+            for i, doc in enumerate(event.docs, 1):
+                out.append(f"{i}. **{doc.title}** (score {doc.score:.2f}): {doc.text.strip()}")
+            out.append("")
+        elif isinstance(event, InvalidAction):
+            out += ["_Invalid action: no search or answer in this turn._", ""]
+        elif isinstance(event, AnswerGiven):
+            out += [f"**Answer:** {event.answer}", ""]
+        elif isinstance(event, Finished):
+            if event.error:
+                out += [f"**Error:** {event.error}", ""]
+            out += ["## Raw text (what the model saw)", "", "````text", event.trajectory,
+                    "````", ""]
+    return "\n".join(out)

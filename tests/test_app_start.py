@@ -1,0 +1,32 @@
+"""`python app.py` as a user starts it: the page answers, and an uncached model is a message."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.conftest import free_port, start_process, stop_process
+
+
+def test_app_starts_and_reports_an_unloadable_model_in_the_page():
+    from gradio_client import Client
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    # HF_HUB_OFFLINE=1 (conftest) and an uncached default model: the load must fail fast.
+    # RETRIEVER_ENGINE (the env form of --engine): bm25s warms up without a JVM.
+    process = start_process(["app.py", "--port", str(port)], url, timeout=120,
+                            env={"RETRIEVER_ENGINE": "bm25s"})
+    try:
+        page = httpx.get(url, timeout=10)
+        assert page.status_code == 200 and "LLDS Search-Agent Studio" in page.text
+        client = Client(url, verbose=False)
+        chat, *_ = client.predict("Who directed 2001: A Space Odyssey?",
+                                  "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA",
+                                  True, 0.7, 1.0, 4, 3, 500, api_name="/ask")
+        text = " ".join(part["text"] for message in chat for part in message["content"]
+                        if isinstance(part, dict) and "text" in part)
+        assert "could not be loaded" in text and "not in the local Hugging Face cache" in text
+        assert process.poll() is None  # still up
+        assert httpx.get(url, timeout=10).status_code == 200
+    finally:
+        stop_process(process)

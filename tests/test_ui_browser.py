@@ -1,0 +1,206 @@
+"""The studio in a real Chromium: the app runs in this process on loopback, with the scripted
+backend (a test double) behind a backend factory and the real in-process bm25s retriever."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from app.backends.base import ModelLoadError
+from retriever.doc import Doc
+from tests.conftest import ROOT, free_port
+from tests.scripted_backend import ScriptedBackend
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "test-artifacts"
+pytestmark = pytest.mark.browser
+
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing and CI is set: `apt-get install chromium`")
+    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)",
+                allow_module_level=True)
+
+EVIL = Doc("evil", '"Evil <script>window.pwned=1</script> page"\nBody with <b>tags</b>.', 9.0)
+
+
+def script(question: str, turn: int) -> str:
+    """What the scripted model writes: a search, then an answer; a long think when slow."""
+    if "slowly" in question:
+        return "<think> " + " ".join(f"step{i}" for i in range(400)) + " </think>"
+    if turn == 0:
+        query = "script test" if "script" in question else "2001: A Space Odyssey director"
+        return (f"<think> I should look it up <b>now</b>. </think>\n<search> {query} "
+                "</search>")
+    return "<think> The documents say Stanley Kubrick. </think>\n<answer> Stanley Kubrick " \
+           "</answer>"
+
+
+class Retriever:
+    """The real bm25s retriever; the query "script test" gets a hostile document too."""
+
+    def __init__(self):
+        from retriever.client import LocalRetriever
+
+        self.real = LocalRetriever(engine="bm25s")
+
+    def search(self, queries, topk=3):
+        results = self.real.search(queries, topk)
+        return [([EVIL] + docs if q == "script test" else docs)
+                for q, docs in zip(queries, results, strict=True)]
+
+
+def backend_factory(model: str):
+    if model.startswith("bad/"):
+        raise ModelLoadError(f"{model} is not in the local Hugging Face cache (test)")
+    return ScriptedBackend(script, delay=0.03)
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from app.ui import build_app, launch_options
+
+    demo = build_app(backend_factory, Retriever(), default_model="test/llds",
+                     baseline_model="test/grpo")
+    port = free_port()
+    demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, app_url):
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    page = context.new_page()
+    page.goto(app_url)
+    page.locator("#ask-button").wait_for()
+    yield page
+    context.close()
+
+
+def expand(chat, title: str) -> None:
+    """Open a finished (collapsed) panel by its title."""
+    chat.get_by_role("button", name=title).first.click()
+
+
+def ask(page, question: str) -> None:
+    page.locator("#ask-question textarea").fill(question)
+    page.locator("#ask-button").click()
+
+
+def test_ask_shows_search_panel_documents_and_answer(page):
+    from playwright.sync_api import expect
+
+    chat = page.locator("#ask-chat")
+    ask(page, "Who directed 2001: A Space Odyssey?")
+    expect(chat).to_contain_text("Search: 2001: A Space Odyssey director", timeout=30_000)
+    expect(chat).to_contain_text("Answer: Stanley Kubrick", timeout=30_000)
+    expand(chat, "Search: 2001: A Space Odyssey director")
+    expect(chat).to_contain_text("1. 2001: A Space Odyssey")  # the top document's title
+    expect(page.locator("#ask-stats")).to_contain_text("1 search")
+    expect(page.locator("#ask-export")).to_contain_text(".jsonl")
+    page.screenshot(path=str(ARTIFACTS / "ask.png"), full_page=True)
+
+
+def test_html_in_documents_and_model_text_shows_as_text(page):
+    from playwright.sync_api import expect
+
+    chat = page.locator("#ask-chat")
+    ask(page, "Does the script test pass?")
+    expect(chat).to_contain_text("Answer: Stanley Kubrick", timeout=30_000)
+    expand(chat, "Search: script test")
+    expand(chat, "Thought")
+    expect(chat).to_contain_text("Evil <script>window.pwned=1</script> page")
+    expect(chat).to_contain_text("Body with <b>tags</b>.")
+    expect(chat).to_contain_text("look it up <b>now</b>.")
+    assert chat.locator("script").count() == 0 and chat.locator("b", has_text="tags").count() == 0
+    assert page.evaluate("window.pwned") is None
+    page.screenshot(path=str(ARTIFACTS / "escaping.png"), full_page=True)
+
+
+def test_stop_ends_generation_early(page):
+    from playwright.sync_api import expect
+
+    chat = page.locator("#ask-chat")
+    ask(page, "Think slowly about everything")
+    expect(chat).to_contain_text("step5", timeout=30_000)
+    started = time.monotonic()
+    page.locator("#ask-stop").click()
+    expect(chat).to_contain_text("Stopped", timeout=10_000)
+    assert time.monotonic() - started < 8  # the full script takes 400 x 0.03 s = 12 s
+    text = chat.inner_text()
+    assert "step399" not in text
+    expect(page.locator("#ask-stats")).to_contain_text("cancelled")
+    page.screenshot(path=str(ARTIFACTS / "stop.png"), full_page=True)
+
+
+def test_empty_question_gets_a_message(page):
+    from playwright.sync_api import expect
+
+    page.locator("#ask-button").click()
+    expect(page.locator("#ask-chat")).to_contain_text("Please type a question")
+
+
+def test_failed_model_load_is_a_message_and_other_models_still_work(page):
+    from playwright.sync_api import expect
+
+    chat = page.locator("#ask-chat")
+    model = page.locator("#ask-model input")
+    model.fill("bad/model")
+    model.press("Enter")
+    ask(page, "Who directed 2001: A Space Odyssey?")
+    expect(chat).to_contain_text("could not be loaded", timeout=20_000)
+    expect(chat).to_contain_text("not in the local Hugging Face cache")
+    page.screenshot(path=str(ARTIFACTS / "model-failed.png"), full_page=True)
+    model.fill("test/other")
+    model.press("Enter")
+    ask(page, "Who directed 2001: A Space Odyssey?")
+    expect(chat).to_contain_text("Answer: Stanley Kubrick", timeout=30_000)
+
+
+def test_compare_tab_shows_two_answers(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-button").click()
+    for side in ("a", "b"):
+        expect(page.locator(f"#compare-chat-{side}")).to_contain_text(
+            "Answer: Stanley Kubrick", timeout=30_000)
+    table = page.locator("#compare-table")
+    expect(table).to_contain_text("Searches")
+    assert table.inner_text().count("Stanley Kubrick") == 2
+    page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
+
+
+def test_two_tabs_at_once(browser, app_url):
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    pages = [context.new_page(), context.new_page()]
+    for tab in pages:
+        tab.goto(app_url)
+        tab.locator("#ask-button").wait_for()
+    for tab in pages:
+        ask(tab, "Who directed 2001: A Space Odyssey?")
+    for tab in pages:
+        expect(tab.locator("#ask-chat")).to_contain_text("Answer: Stanley Kubrick",
+                                                         timeout=40_000)
+    pages[1].screenshot(path=str(ARTIFACTS / "two-tabs.png"), full_page=True)
+    context.close()
