@@ -43,6 +43,8 @@ def add_agent_flags(parser: argparse.ArgumentParser, max_new_tokens: int = 500) 
     group.add_argument("--max-turns", type=int, default=4)
     group.add_argument("--topk", type=int, default=3)
     group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    group.add_argument("--max-obs-tokens", type=int, default=500,
+                       help="observation cap in tokens (Search-R1: 500)")
     group.add_argument("--greedy", action="store_true", default=True)
     group.add_argument("--temperature", type=float, default=None,
                        help="sample at this temperature (turns greedy off)")
@@ -55,7 +57,8 @@ def add_agent_flags(parser: argparse.ArgumentParser, max_new_tokens: int = 500) 
 def agent_settings(args: argparse.Namespace) -> AgentSettings:
     sampling = args.temperature is not None and args.temperature > 0
     return AgentSettings(max_turns=args.max_turns, topk=args.topk,
-                         max_new_tokens=args.max_new_tokens, greedy=not sampling,
+                         max_new_tokens=args.max_new_tokens,
+                         max_obs_tokens=args.max_obs_tokens, greedy=not sampling,
                          temperature=args.temperature if sampling else 1.0, top_p=args.top_p,
                          seed=args.seed, stop_on_eos=args.stop_on_eos)
 

@@ -74,7 +74,8 @@ def cmd_run(argv: list[str]) -> int:
     run_dir = Path(args.output) if args.output else default_output(args.model)
     stored = {"model": args.model, "backend": args.backend, "retriever": retriever_label(args),
               "max_turns": settings.max_turns, "topk": settings.topk,
-              "max_new_tokens": settings.max_new_tokens, "greedy": settings.greedy,
+              "max_new_tokens": settings.max_new_tokens,
+              "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
               "temperature": settings.temperature, "top_p": settings.top_p,
               "seed": args.seed or 0, "limit": args.limit, "sample": args.sample,
               "stop_on_eos": settings.stop_on_eos, "datasets": names}

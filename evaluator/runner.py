@@ -19,8 +19,9 @@ from evaluator.metrics import score_question
 from evaluator.report import SUMMARY_FILES, read_jsonl
 
 # Settings that change the numbers: a stored run with other values is not resumed.
-COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens", "greedy",
-            "temperature", "top_p", "seed", "limit", "sample", "stop_on_eos")
+COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens",
+            "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
+            "stop_on_eos")
 
 
 class RunMismatch(ValueError):

@@ -62,9 +62,10 @@ def backend_factory(model: str):
 @pytest.fixture(scope="module")
 def app_url():
     from app.ui import build_app, launch_options
+    from app.ui.evaluate_tab import evaluate_tab
 
     demo = build_app(backend_factory, Retriever(), default_model="test/llds",
-                     baseline_model="test/grpo")
+                     baseline_model="test/grpo", extra_tabs=[evaluate_tab])
     port = free_port()
     demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
     yield f"http://127.0.0.1:{port}/"
@@ -204,3 +205,38 @@ def test_two_tabs_at_once(browser, app_url):
                                                          timeout=40_000)
     pages[1].screenshot(path=str(ARTIFACTS / "two-tabs.png"), full_page=True)
     context.close()
+
+
+def test_training_curves_tab_plots_and_survives_a_bad_file(page, tmp_path):
+    from playwright.sync_api import expect
+
+    from tests.curves_fixtures import synthetic_run, write_console
+
+    log = write_console(tmp_path / "synthetic_grpo_lambda0.0.log",
+                        [("synthetic-grpo", synthetic_run("grpo", steps=200))])
+    bad = tmp_path / "not_a_log.bin"
+    bad.write_bytes(bytes(range(256)) * 64)
+    page.get_by_role("tab", name="Training curves").click()
+    page.locator("#curves-files input[type=file]").set_input_files([str(log), str(bad)])
+    messages = page.locator("#curves-messages")
+    expect(messages).to_contain_text("not_a_log.bin", timeout=60_000)
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    expect(page.locator("#curves-summary")).to_contain_text("synthetic-grpo")
+    page.screenshot(path=str(ARTIFACTS / "curves.png"), full_page=True)
+
+
+def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
+    from playwright.sync_api import expect
+
+    from tests.test_evaluator import write_fixture
+
+    monkeypatch.chdir(tmp_path)  # the tab writes its run under ./runs
+    data = write_fixture(tmp_path / "data")
+    page.get_by_role("tab", name="Evaluate").click()
+    page.locator("#eval-data-dir textarea").fill(str(data))
+    page.locator("#eval-sample input[type=number]").fill("3")
+    page.locator("#eval-sample input[type=number]").press("Enter")
+    page.locator("#eval-button").click()
+    expect(page.locator("#eval-summary")).to_contain_text("3 questions", timeout=60_000)
+    expect(page.locator("#eval-summary")).to_contain_text("EM ")
+    page.screenshot(path=str(ARTIFACTS / "evaluate.png"), full_page=True)

@@ -52,22 +52,24 @@ def single_token(tokenizer, text: str) -> int:
     return ids[0]
 
 
-def _config(tokenizer):
+def _config(tokenizer, hidden_size: int = 64, layers: int = 2):
     from transformers import Qwen2Config
 
-    return Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    return Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden_size,
+                       intermediate_size=2 * hidden_size, num_hidden_layers=layers,
+                       num_attention_heads=4, num_key_value_heads=2,
                        max_position_embeddings=4096, tie_word_embeddings=False,
                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
                        bos_token_id=None)
 
 
-def build_random(directory: Path, tokenizer, seed: int = 0) -> Path:
+def build_random(directory: Path, tokenizer, seed: int = 0, hidden_size: int = 64,
+                 layers: int = 2) -> Path:
     import torch
     from transformers import Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(_config(tokenizer))
+    model = Qwen2ForCausalLM(_config(tokenizer, hidden_size, layers))
     with torch.no_grad():
         for token in ("<|im_end|>", "<|endoftext|>"):
             model.lm_head.weight[tokenizer.convert_tokens_to_ids(token)] = 0

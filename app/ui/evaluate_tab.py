@@ -90,14 +90,15 @@ def evaluate_tab(studio) -> None:
                                 allow_custom_value=True, label="Model")
             dataset = gr.Dropdown(list(BENCHMARK_NAMES), value="nq", label="Benchmark")
         with gr.Row():
-            sample = gr.Slider(1, MAX_SAMPLE, value=20, step=1, label="Questions (sample)")
+            sample = gr.Slider(1, MAX_SAMPLE, value=20, step=1, label="Questions (sample)",
+                               elem_id="eval-sample")
             seed = gr.Number(0, precision=0, label="Seed")
             max_turns = gr.Slider(1, 8, value=4, step=1, label="Max turns")
         data_dir = gr.Textbox(label="Local benchmark directory (DIR/nq/test.jsonl …); empty: "
-                                    "the Hugging Face Hub")
-        start = gr.Button("Evaluate", variant="primary")
-        summary = gr.Markdown()
-        table = gr.Dataframe(wrap=True)
+                                    "the Hugging Face Hub", elem_id="eval-data-dir")
+        start = gr.Button("Evaluate", variant="primary", elem_id="eval-button")
+        summary = gr.Markdown(elem_id="eval-summary")
+        table = gr.Dataframe(wrap=True, elem_id="eval-table")
 
         def run(model, dataset, sample, seed, data_dir, max_turns,
                 progress=gr.Progress()):  # noqa: B008 (gradio injects the tracker)
