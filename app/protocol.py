@@ -116,10 +116,12 @@ def extract_answer(response: str) -> str | None:
     """The content of the last `<answer>` in the model's response, stripped; None if absent.
 
     Only the response is searched: the prompt's own `<answer> Beijing </answer>` example
-    must never count as a prediction, and neither may a tag that a retrieved document
-    happens to contain, so `<information>` blocks are dropped first.
+    must never count as a prediction, and neither may a tag that a retrieved document or
+    the inserted invalid-action note (which names `<answer> and </answer>`) contains, so
+    those are dropped first.
     """
-    matches = _ANSWER_RE.findall(_INFORMATION_RE.sub("", response))
+    generated = _INFORMATION_RE.sub("", response).replace(INVALID_ACTION_MESSAGE, "")
+    matches = _ANSWER_RE.findall(generated)
     return matches[-1].strip() if matches else None
 
 

@@ -58,15 +58,24 @@ HOST = "127.0.0.1"
 
 
 def build_models(root: Path) -> dict[str, Path]:
-    """The tests' tiny models, saved under `root`, plus `small`: a random Qwen2 of ~10M
-    parameters, big enough that re-encoding a long context costs real compute."""
+    """The tests' tiny models, saved under `root`, plus two of ~10M parameters, big enough
+    that re-encoding a long context costs real compute: `small` (random weights, long
+    invalid turns) and `small-search` (scripted: searches every turn, so the context grows
+    by whole observations as in real Search-R1 rollouts)."""
     from retriever.corpus import load_records, resolve_corpus
-    from tests.tiny_model import build_random, build_scripted, build_tokenizer
+    from tests.tiny_model import build_random, build_scripted, build_tokenizer, scripted_paths
+
+    def search_every_turn(tokenizer) -> dict[str, list[str]]:
+        search = scripted_paths(tokenizer)["\n"]
+        return {"\n": search, "\n\n": search}
 
     texts = [r["contents"] for r in load_records(resolve_corpus("default"))[:2000]]
     tokenizer = build_tokenizer(root / "tokenizer", texts)
     return {"random": build_random(root / "random", tokenizer),
             "small": build_random(root / "small", tokenizer, hidden_size=384, layers=6),
+            "small-search": build_scripted(root / "small-search", tokenizer,
+                                           paths=search_every_turn(tokenizer),
+                                           hidden_size=384, layers=6),
             "scripted": build_scripted(root / "scripted", tokenizer)}
 
 
@@ -280,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=32)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--models", default="small,scripted",
-                        help="comma-separated: small, random, scripted")
+    parser.add_argument("--models", default="small-search,small",
+                        help="comma-separated: small-search, small, random, scripted")
     parser.add_argument("--batch-sizes", default="8,32")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args(argv)

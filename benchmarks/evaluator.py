@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-turns", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--models", default="small,scripted",
-                        help="comma-separated: small, random, scripted")
+    parser.add_argument("--models", default="small-search,small",
+                        help="comma-separated: small-search, small, random, scripted")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads, here and in the CLI (OMP_NUM_THREADS)")
     args = parser.parse_args(argv)

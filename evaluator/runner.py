@@ -60,8 +60,12 @@ def _repair_tail(path: Path) -> None:
 
 
 def finished_ids(path: Path) -> set[str]:
+    """Ids with a result; a question that ended in an error (a retriever outage, say) is
+    not finished and runs again on resume (reports keep each id's last record)."""
     _repair_tail(path)
-    return {str(r["id"]) for r in read_jsonl(path)} if path.is_file() else set()
+    if not path.is_file():
+        return set()
+    return {str(r["id"]) for r in read_jsonl(path) if r.get("stop_reason") != "error"}
 
 
 def failure_reason(finished: Finished) -> str | None:

@@ -35,7 +35,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
     engine = _open(args)
     print(f"{engine.name} over {engine.num_docs} documents; POST "
           f"http://{args.host}:{args.port}/retrieve", file=sys.stderr)
-    serve(engine, host=args.host, port=args.port, default_topk=args.topk)
+    serve(engine, host=args.host, port=args.port, default_topk=args.topk,
+          max_queries=args.max_queries)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -66,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--topk", type=int, default=int(os.environ.get("RETRIEVER_TOPK", 3)))
     serve.add_argument("--host", default=os.environ.get("RETRIEVER_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("RETRIEVER_PORT", 8000)))
+    serve.add_argument("--max-queries", type=int,
+                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", 1000)),
+                       help="queries allowed in one request (Search-R1 training sends a "
+                            "whole batch at once: raise this for big batches)")
     search = sub.add_parser("search", help="print the documents retrieved for one query")
     search.add_argument("query")
     search.add_argument("--topk", type=int, default=3)

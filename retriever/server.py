@@ -26,7 +26,7 @@ MAX_TOPK = 100
 
 
 class RetrieveRequest(BaseModel):
-    queries: list[StrictStr] = Field(max_length=MAX_QUERIES)
+    queries: list[StrictStr]
     topk: int | None = Field(default=None, ge=1, le=MAX_TOPK)
     return_scores: bool = False
 
@@ -95,8 +95,9 @@ def _describe(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def create_app(engine: Engine, default_topk: int = 3) -> FastAPI:
-    batcher = SearchBatcher(engine)
+def create_app(engine: Engine, default_topk: int = 3,
+               max_queries: int = MAX_QUERIES) -> FastAPI:
+    batcher = SearchBatcher(engine, max_batch=max(max_queries, MAX_QUERIES))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -121,7 +122,12 @@ def create_app(engine: Engine, default_topk: int = 3) -> FastAPI:
                 "default_topk": default_topk}
 
     @app.post("/retrieve")
-    async def retrieve(request: RetrieveRequest) -> dict:
+    async def retrieve(request: RetrieveRequest):
+        if len(request.queries) > max_queries:
+            return JSONResponse(status_code=422, content={
+                "detail": f"Bad /retrieve request: queries: {len(request.queries)} queries; "
+                          f"the limit is {max_queries} per request (start the server with "
+                          "--max-queries N for bigger training batches)."})
         topk = request.topk or default_topk
         results = await batcher.search(request.queries, topk)
         if request.return_scores:
@@ -133,9 +139,9 @@ def create_app(engine: Engine, default_topk: int = 3) -> FastAPI:
 
 
 def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
-          log_level: str = "info") -> None:
+          max_queries: int = MAX_QUERIES, log_level: str = "info") -> None:
     import uvicorn
 
     # No per-request access log: at thousands of requests a second it costs real time.
-    uvicorn.run(create_app(engine, default_topk), host=host, port=port, log_level=log_level,
-                access_log=False)
+    uvicorn.run(create_app(engine, default_topk, max_queries), host=host, port=port,
+                log_level=log_level, access_log=False)

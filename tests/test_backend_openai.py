@@ -7,15 +7,19 @@ import pytest
 from app.agent import AgentSettings, run_agent, run_agent_batch
 from app.backends.base import Sampling
 from app.backends.hf import TransformersBackend
-from app.backends.openai_compat import OpenAIBackend, restore_stop
+from app.backends.openai_compat import UNREPORTED, OpenAIBackend, restore_stop
 from tests.conftest import free_port
 from tests.openai_server import serve_in_thread
 
 
 def test_restore_stop_puts_the_closing_tag_back():
     assert restore_stop("<search> q ", "stop", "</search>") == ("<search> q </search>", "stop")
-    assert restore_stop("<answer> a ", "stop", None) == ("<answer> a </answer>", "stop")
-    assert restore_stop("<think>done</think>", "stop", None) == ("<think>done</think>", "eos")
+    # vLLM says stop_reason None at EOS: never invent a closing tag then.
+    assert restore_stop("<answer> Paris", "stop", None) == ("<answer> Paris", "eos")
+    # A server that never names the stop: an unclosed tag means a stop string fired.
+    assert restore_stop("<answer> a ", "stop", UNREPORTED) == ("<answer> a </answer>", "stop")
+    assert restore_stop("<think>done</think>", "stop", UNREPORTED) == (
+        "<think>done</think>", "eos")
     assert restore_stop("<search> q", "length", None) == ("<search> q", "length")
 
 

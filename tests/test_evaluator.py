@@ -151,3 +151,20 @@ def test_cli_errors_are_clear(tmp_path):
     missing = _cli("--datasets", "nq", "--data-dir", str(tmp_path))
     assert missing.returncode == 2 and "nq" in missing.stderr
     assert _cli("report", str(tmp_path)).returncode == 2
+
+
+def test_errored_questions_run_again_on_resume(tmp_path, local_retriever):
+    from retriever.client import RetrieverError
+
+    class Down:
+        def search(self, queries, topk=3):
+            raise RetrieverError("Could not reach the retriever at http://127.0.0.1:9/retrieve")
+
+    run = tmp_path / "run"
+    prepare_run_dir(run, {"model": "scripted", "datasets": ["nq"]})
+    path = run / "nq.jsonl"
+    failed = list(evaluate(questions(), scripted(), Down(), AgentSettings(), path))
+    assert [r["stop_reason"] for r in failed] == ["error"] * 4
+    again = list(evaluate(questions(), scripted(), local_retriever, AgentSettings(), path))
+    assert len(again) == 4 and all(r["stop_reason"] == "answer" for r in again)
+    assert len(load_run(run).records["nq"]) == 4  # the last record of each id counts

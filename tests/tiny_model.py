@@ -95,14 +95,14 @@ def scripted_paths(tokenizer) -> dict[str, list[str]]:
 
 
 def build_scripted(directory: Path, tokenizer, paths: dict[str, list[str]] | None = None,
-                   seed: int = 0) -> Path:
+                   seed: int = 0, hidden_size: int = 64, layers: int = 2) -> Path:
     """A bigram machine in Qwen2 clothes: next token = f(last token)."""
     import torch
     from transformers import Qwen2ForCausalLM
 
     paths = paths or scripted_paths(tokenizer)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(_config(tokenizer))
+    model = Qwen2ForCausalLM(_config(tokenizer, hidden_size, layers))
     with torch.no_grad():
         for layer in model.model.layers:  # the residual stream carries the embedding alone
             layer.self_attn.o_proj.weight.zero_()

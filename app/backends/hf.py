@@ -114,7 +114,10 @@ class TransformersBackend:
 
         kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_ids,
                   "pad_token_id": self.pad_id, "stop_strings": list(protocol.STOP_STRINGS),
-                  "tokenizer": self.tokenizer, "do_sample": not sampling.greedy}
+                  "tokenizer": self.tokenizer, "do_sample": not sampling.greedy,
+                  # Instruct checkpoints ship a repetition penalty in generation_config;
+                  # Search-R1's rollouts and evaluation used none.
+                  "repetition_penalty": 1.0}
         if sampling.greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         else:

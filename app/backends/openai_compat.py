@@ -14,6 +14,17 @@ from concurrent.futures import ThreadPoolExecutor
 from app import protocol
 from app.backends.base import ModelLoadError, Sampling, TurnOutput
 
+UNREPORTED = object()  # the server has no field saying which stop fired
+
+
+def stop_field(choice) -> object:
+    """vLLM's `stop_reason` or SGLang's `matched_stop`; UNREPORTED when neither is sent."""
+    extra = choice.model_extra or {}
+    for key in ("stop_reason", "matched_stop"):
+        if key in extra:
+            return extra[key]
+    return UNREPORTED
+
 
 def restore_stop(text: str, finish_reason: str | None, stop_reason) -> tuple[str, str]:
     """(text with its closing tag, finish) from what a server says about why it stopped."""
@@ -21,8 +32,10 @@ def restore_stop(text: str, finish_reason: str | None, stop_reason) -> tuple[str
         return text, "length"
     if isinstance(stop_reason, str) and stop_reason in protocol.STOP_STRINGS:
         return text + stop_reason, "stop"
-    # No stop string reported: an unclosed tag means a stop string fired (servers that do
-    # not say which); otherwise the model ended with EOS.
+    if stop_reason is not UNREPORTED:  # reported, and not a stop string: EOS
+        return text, "eos"
+    # A server that never says which stop fired: an unclosed tag means a stop string did;
+    # otherwise the model ended with EOS.
     last_search, last_answer = text.rfind("<search>"), text.rfind("<answer>")
     opened = "search" if last_search > last_answer else "answer" if last_answer >= 0 else None
     if opened and f"</{opened}>" not in text[max(last_search, last_answer):]:
@@ -51,8 +64,14 @@ class OpenAIBackend:
 
             check_loadable(tokenizer or model)
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or model)
-        except (ModelLoadError, OSError, ValueError):
-            # Without it: no chat template, and tokens estimated at 4 characters each.
+        except (ModelLoadError, OSError, ValueError) as err:
+            # Without it: no chat template, and tokens estimated at 4 characters each. The
+            # prompt then differs from the protocol's for chat-templated models: say so.
+            import warnings
+
+            warnings.warn(f"Could not load the tokenizer of {tokenizer or model!r} ({err}); "
+                          "prompts go without a chat template and token counts are "
+                          "estimated. Pass --tokenizer ID_OR_PATH.", stacklevel=2)
             self.tokenizer = None
 
     def build_prompt(self, question: str) -> str:
@@ -79,6 +98,9 @@ class OpenAIBackend:
                 temperature=0.0 if sampling.greedy else sampling.temperature,
                 top_p=1.0 if sampling.greedy else sampling.top_p, seed=sampling.seed,
                 stop=list(protocol.STOP_STRINGS), stream=stream,
+                # vLLM applies a model's generation_config (e.g. an instruct checkpoint's
+                # repetition penalty) unless told; Search-R1 decoded without them.
+                extra_body={"repetition_penalty": 1.0, "top_k": -1},
                 **({"stream_options": {"include_usage": True}} if stream else {}))
         except openai.APIConnectionError as err:
             raise ConnectionError(f"No completions server answered at {self.base_url} "
@@ -102,7 +124,7 @@ class OpenAIBackend:
                         yield choice.text
                     if choice.finish_reason:
                         finish = choice.finish_reason
-                        stop_reason = (choice.model_extra or {}).get("stop_reason")
+                        stop_reason = stop_field(choice)
         finally:
             response.close()
         full, why = restore_stop(text, finish, stop_reason)
@@ -113,8 +135,7 @@ class OpenAIBackend:
     def _one(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling) -> TurnOutput:
         choice = self._request(context, max_new_tokens, sampling, stream=False)
         first = choice.choices[0]
-        full, why = restore_stop(first.text, first.finish_reason,
-                                 (first.model_extra or {}).get("stop_reason"))
+        full, why = restore_stop(first.text, first.finish_reason, stop_field(first))
         tokens = choice.usage.completion_tokens if choice.usage else self.count_tokens(first.text)
         return TurnOutput(full, tokens, why)
 
