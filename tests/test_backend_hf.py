@@ -106,6 +106,23 @@ def test_batched_equals_one_by_one(random_model, local_retriever):
         assert batched[i].new_tokens == one.new_tokens
 
 
+def test_batched_rounds_reuse_the_cache_and_match_one_by_one(tiny_models, local_retriever):
+    questions = ["who wrote hamlet", "what is the speed of light in vacuum", "capital of peru"]
+    settings = AgentSettings(max_turns=2, max_new_tokens=9)
+    reuse = TransformersBackend(str(tiny_models["random"]), reuse_cache=True)
+    fed = _first_forward_lengths(reuse)
+    batched = dict(run_agent_batch(questions, reuse, local_retriever, settings))
+    fresh = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    again = dict(run_agent_batch(questions, fresh, local_retriever, settings))
+    for i, q in enumerate(questions):
+        one = list(run_agent(q, fresh, local_retriever, settings))[-1]
+        assert batched[i].trajectory == again[i].trajectory == one.trajectory, i
+    prefills = [n for n in fed if n > 1]
+    context = max(reuse.count_tokens(r.trajectory) for r in batched.values())
+    assert len(prefills) == 3 and prefills[0] > 100
+    assert all(n < context // 3 for n in prefills[1:])  # rounds 2, 3 fed only what was new
+
+
 def test_batched_real_model_search_and_answer(scripted, local_retriever):
     settings = AgentSettings(max_obs_tokens=4000)
     results = dict(run_agent_batch(["a", "b", "c"], scripted, local_retriever, settings))

@@ -14,6 +14,65 @@ from app import protocol
 from app.backends.base import ModelLoadError, Sampling, TurnOutput
 
 
+class _BatchCache:
+    """The KV cache of the last batched turn, kept so the next round of the same questions
+    feeds only what each row added (its observation), not every context again.
+
+    Rows sit in one padded layout. A row's next context is matched to its cached tokens;
+    cached columns past the shared prefix (tokens generated after a stop, or a tail that
+    re-tokenized differently) are masked out rather than cropped, since rows differ.
+    Positions come from the mask, so a masked gap changes nothing for the model.
+    """
+
+    def __init__(self, ids, mask, cache, columns: list[list[int]], tokens: list[list[int]]):
+        self.ids, self.mask, self.cache = ids, mask, cache
+        self.columns, self.tokens = columns, tokens
+
+    @classmethod
+    def after(cls, sequences, mask, cache, kept: list[int]) -> _BatchCache:
+        import torch
+
+        cached = cache.get_seq_length()  # all but the last generated token
+        generated = torch.zeros(sequences.shape[0], sequences.shape[1] - mask.shape[1],
+                                dtype=mask.dtype)
+        for row, n in enumerate(kept):
+            generated[row, :n] = 1
+        full_mask = torch.cat([mask.cpu(), generated], dim=1)[:, :cached]
+        ids = sequences[:, :cached].cpu()
+        columns = [torch.nonzero(m).flatten().tolist() for m in full_mask]
+        tokens = [ids[row, cols].tolist() for row, cols in enumerate(columns)]
+        return cls(ids, full_mask, cache, columns, tokens)
+
+    def extend(self, rows: list[list[int]], pad_id: int):
+        """(input_ids, mask, cache) continuing the cached rows, or None if they don't fit."""
+        import torch
+
+        picks, shared = [], []
+        previous = 0
+        for ids in rows:  # the questions still running, in the same order as before
+            while previous < len(self.tokens):
+                known = self.tokens[previous]
+                n = next((k for k, (a, b) in enumerate(zip(known, ids, strict=False))
+                          if a != b), min(len(known), len(ids)))
+                previous += 1
+                if n >= max(1, len(known) - 16):  # same question, tail re-tokenized at most
+                    picks.append(previous - 1)
+                    shared.append(min(n, len(ids) - 1))
+                    break
+            else:
+                return None
+        self.cache.batch_select_indices(torch.tensor(picks))
+        mask = self.mask[picks].clone()
+        for row, (pick, n) in enumerate(zip(picks, shared, strict=True)):
+            mask[row, self.columns[pick][n:]] = 0
+        added = [ids[n:] for ids, n in zip(rows, shared, strict=True)]
+        width = max(len(a) for a in added)
+        chunk = torch.tensor([[pad_id] * (width - len(a)) + a for a in added])
+        chunk_mask = torch.tensor([[0] * (width - len(a)) + [1] * len(a) for a in added])
+        return (torch.cat([self.ids[picks], chunk], dim=1),
+                torch.cat([mask, chunk_mask.to(mask.dtype)], dim=1), self.cache)
+
+
 def pick_device(device: str = "auto") -> str:
     import torch
 
@@ -89,6 +148,7 @@ class TransformersBackend:
         self.reuse_cache = reuse_cache
         self._cached_ids: list[int] = []
         self._cache = None
+        self._batch: _BatchCache | None = None
         self._lock = threading.Lock()  # one generation at a time on this model
 
     # Text and tokens --------------------------------------------------------------------
@@ -204,19 +264,27 @@ class TransformersBackend:
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
                  sampling: Sampling) -> list[TurnOutput]:
         import torch
+        from transformers import DynamicCache
 
         rows = [self.context_ids(c) for c in contexts]
-        width = max(len(r) for r in rows)
-        # Left padding: every row's next token sits at the same position.
-        input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
         with self._lock, torch.inference_mode():
+            # Taken, not borrowed: a failed generate must not leave a half-updated cache.
+            batch, self._batch = self._batch, None
+            plan = batch.extend(rows, self.pad_id) if batch is not None else None
+            if plan is None:  # a new batch: left padding puts every next token in one column
+                width = max(len(r) for r in rows)
+                input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
+                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+                plan = (input_ids, mask, DynamicCache(config=self.model.config))
+            input_ids, mask, cache = plan
             out = self.model.generate(
                 input_ids=input_ids.to(self.model.device),
-                attention_mask=mask.to(self.model.device),
+                attention_mask=mask.to(self.model.device), cache=cache,
+                return_dict_in_generate=True,
                 **self._generation_kwargs(max(max_new_tokens), sampling))
-        outputs = []
-        for row, budget in zip(out[:, width:].tolist(), max_new_tokens, strict=True):
+        width = input_ids.shape[1]
+        outputs, kept_tokens = [], []
+        for row, budget in zip(out.sequences[:, width:].tolist(), max_new_tokens, strict=True):
             new_ids = row[:budget]
             # Rows run on until the whole batch stops: end each at its own first EOS or
             # stop string, whichever came first.
@@ -230,6 +298,9 @@ class TransformersBackend:
                 outputs.append(TurnOutput(text, eos_at + 1, "eos"))
             else:
                 outputs.append(TurnOutput(text, len(new_ids), "length"))
+            kept_tokens.append(outputs[-1].new_tokens)
+        if self.reuse_cache:
+            self._batch = _BatchCache.after(out.sequences, mask, out.cache, kept_tokens)
         return outputs
 
     def _tokens_until(self, ids: list[int], chars: int) -> int:
