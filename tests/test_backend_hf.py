@@ -140,3 +140,17 @@ def test_missing_models_fail_fast_with_advice(tmp_path, monkeypatch):
         check_loadable("not a model")
     with pytest.raises(ModelLoadError):
         TransformersBackend("SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA")
+
+
+def test_an_abandoned_stream_stops_generating_and_leaves_a_clean_cache(tiny_models,
+                                                                       local_retriever):
+    backend = TransformersBackend(str(tiny_models["random"]))
+    settings = AgentSettings(max_turns=1, max_new_tokens=20)
+    stream = backend.stream([backend.build_prompt("first question")], 200, Sampling())
+    next(stream), next(stream)
+    stream.close()  # e.g. a browser tab closed mid-answer
+    assert not backend._lock.locked()
+    after = list(run_agent("second question", backend, local_retriever, settings))[-1]
+    fresh = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    expected = list(run_agent("second question", fresh, local_retriever, settings))[-1]
+    assert after.trajectory == expected.trajectory

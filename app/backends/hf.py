@@ -101,15 +101,15 @@ def _eos_ids(tokenizer, model) -> list[int]:
 
 
 class _Cancel:
-    """A stopping criterion that ends generation when the consumer sets the event."""
+    """A stopping criterion that ends generation when any of the events is set."""
 
-    def __init__(self, event: threading.Event | None):
-        self.event = event
+    def __init__(self, *events: threading.Event | None):
+        self.events = [e for e in events if e is not None]
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
-        hit = self.event is not None and self.event.is_set()
+        hit = any(e.is_set() for e in self.events)
         return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
 
 
@@ -225,10 +225,14 @@ class TransformersBackend:
         with self._lock:
             ids = self.context_ids(context)
             cache = self._reusable_prefix(ids)
+            # Taken: generate extends it in place, so it only comes back if this turn ends
+            # normally (an error or an abandoned stream would leave it out of step).
+            self._cache = None
             input_ids = torch.tensor([ids], device=self.model.device)
             streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
                                             skip_special_tokens=True)
             result: dict = {}
+            abandoned = threading.Event()  # the consumer stopped reading: stop generating
 
             def work() -> None:
                 try:
@@ -237,7 +241,8 @@ class TransformersBackend:
                             input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                             cache=cache, streamer=streamer,
                             return_dict_in_generate=True,
-                            stopping_criteria=StoppingCriteriaList([_Cancel(cancel)]),
+                            stopping_criteria=StoppingCriteriaList([_Cancel(cancel,
+                                                                            abandoned)]),
                             **self._generation_kwargs(max_new_tokens, sampling))
                 except BaseException as err:  # re-raised in the consumer's thread
                     result["error"] = err
@@ -245,12 +250,14 @@ class TransformersBackend:
 
             worker = threading.Thread(target=work, daemon=True)
             worker.start()
-            for delta in streamer:
-                if delta:
-                    yield delta
-            worker.join()
+            try:
+                for delta in streamer:
+                    if delta:
+                        yield delta
+            finally:  # also when the consumer closes us early: never leave generate running
+                abandoned.set()
+                worker.join()
             if "error" in result:
-                self._cache = None
                 raise result["error"]
             sequence = result["out"].sequences[0].tolist()
             new_ids = sequence[len(ids):]
