@@ -1,8 +1,9 @@
 """Start the studio: `python app.py [--model ID|PATH] [--retriever-url URL] [--port 7860]`.
 
 Every flag has an environment fallback (for Hugging Face Spaces, which set
-GRADIO_SERVER_NAME=0.0.0.0 themselves). With no flags: the in-process BM25 retriever over
-the embedded corpus, the flagship model loaded on first use, 127.0.0.1:7860.
+GRADIO_SERVER_NAME themselves to listen on all interfaces). With no flags: the in-process
+BM25 retriever over the embedded corpus, the flagship model loaded on first use,
+127.0.0.1:7860.
 """
 
 from __future__ import annotations
