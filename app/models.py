@@ -44,7 +44,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
+def hub_reachable(timeout: float = 3.0) -> bool:
     """One quick TCP connect, so an unreachable Hub fails in seconds, not after retries."""
     import socket
     from urllib.parse import urlparse
@@ -74,7 +74,7 @@ def check_loadable(model: str) -> None:
 
     if isinstance(try_to_load_from_cache(model, "config.json"), str):
         return
-    if _offline() or not _hub_reachable():
+    if _offline() or not hub_reachable():
         why = "HF_HUB_OFFLINE=1" if _offline() else "the Hub cannot be reached"
         raise ModelLoadError(
                 f"{model} is not in the local Hugging Face cache and {why}. "

@@ -169,8 +169,18 @@ def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, P
 
 def load_hub(name: str, split: str) -> list[Question]:
     """Questions from the FlashRAG packaging on the Hub (or the local datasets cache)."""
+    import os
+
     import datasets
 
+    from app.models import hub_reachable
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    if not offline and not hub_reachable():  # seconds, not half a minute of retries
+        raise DataError(
+            f"Could not load {name!r} ({split}) from the Hugging Face Hub ({HUB_DATASET}): "
+            "the Hub cannot be reached (if the dataset is in your local cache, set "
+            f"HF_HUB_OFFLINE=1 to use it). {where_to_put_files(name)}")
     try:
         rows = datasets.load_dataset(HUB_DATASET, name, split=split)
     except (ConnectionError, OSError) as error:

@@ -251,3 +251,13 @@ def test_resolve_names() -> None:
     assert resolve_names(None) == list(BENCHMARK_NAMES)
     assert resolve_names(["all"]) == list(BENCHMARK_NAMES)
     assert resolve_names(["bamboogle", "nq", "nq", "custom"]) == ["nq", "bamboogle", "custom"]
+
+
+def test_an_unreachable_hub_fails_fast_with_where_to_put_files(monkeypatch):
+    import app.models
+    from evaluator.benchmarks import DataError, load_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(app.models, "hub_reachable", lambda timeout=3.0: False)
+    with pytest.raises(DataError, match="cannot be reached.*--data-dir"):
+        load_hub("nq", "test")
