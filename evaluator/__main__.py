@@ -54,7 +54,7 @@ def cmd_run(argv: list[str]) -> int:
     from tqdm import tqdm
 
     from evaluator.report import render_markdown, write_summary
-    from evaluator.runner import RunMismatch, evaluate, prepare_run_dir
+    from evaluator.runner import RunMismatch, evaluate, finished_ids, prepare_run_dir
 
     args = _run_parser().parse_args(argv)
     if not args.all and not args.datasets:
@@ -97,8 +97,6 @@ def cmd_run(argv: list[str]) -> int:
         path = run_dir / f"{name}.jsonl"
         scores: list[float] = []
         bar = tqdm(total=len(questions), desc=name, unit="q", dynamic_ncols=True)
-        from evaluator.runner import finished_ids
-
         bar.update(len(finished_ids(path) & {q.id for q in questions}))
         for record in evaluate(questions, backend, retriever, settings, path, batch):
             scores.append(record["metrics"]["em"])

@@ -48,6 +48,7 @@ class SearchBatcher:
         self.engine = engine
         self.max_batch = max_batch
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.held = None  # a job that would have overflowed the last batch: it starts the next
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
 
     async def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
@@ -60,13 +61,17 @@ class SearchBatcher:
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            jobs = [await self.queue.get()]
-            size = len(jobs[0][0])
+            first, self.held = self.held or await self.queue.get(), None
+            jobs, size = [first], len(first[0])
             # Take waiting requests while the batch stays within max_batch queries; one that
             # would overflow it waits for the next batch.
-            while not self.queue.empty() and size + len(self.queue._queue[0][0]) <= self.max_batch:
-                jobs.append(self.queue.get_nowait())
-                size += len(jobs[-1][0])
+            while not self.queue.empty():
+                job = self.queue.get_nowait()
+                if size + len(job[0]) > self.max_batch:
+                    self.held = job
+                    break
+                jobs.append(job)
+                size += len(job[0])
             queries = [q for job in jobs for q in job[0]]
             topk = max(job[1] for job in jobs)
             try:
