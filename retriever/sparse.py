@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy
 import scipy.sparse
-import torch  # topk over rows: numpy's partition of mostly-zero rows is 4x slower
 
 from retriever.corpus import cache_dir, corpus_key, load_records
 from retriever.doc import Doc
@@ -31,7 +30,8 @@ def _stemmer():
     return Stemmer.Stemmer("porter")
 
 
-# Dense scores for at most this many (query, document) pairs at once: 64 MB of float32.
+# Score at most this many (query, document) pairs at once: a bound on the product's size
+# should every document match (64 MB of float32; a few queries at a time on wiki-18).
 MAX_SCORES_AT_ONCE = 16 * 2**20
 
 
@@ -71,9 +71,9 @@ class SparseBM25:
             (scores["data"], scores["indices"], scores["indptr"]),
             shape=(len(scores["indptr"]) - 1, scores["num_docs"]))
 
-    def _score(self, queries: list[str]) -> numpy.ndarray:
-        """(queries x documents) BM25 scores; a repeated query term counts again, as in
-        bm25s and in Anserini's bag-of-words queries."""
+    def _score(self, queries: list[str]) -> scipy.sparse.csr_matrix:
+        """(queries x documents) BM25 scores, stored for matching documents only; a repeated
+        query term counts again, as in bm25s and in Anserini's bag-of-words queries."""
         vocab = self.model.vocab_dict
         rows, cols = [], []
         for row, terms in enumerate(_tokenize(queries, self.stemmer, return_ids=False)):
@@ -85,7 +85,16 @@ class SparseBM25:
         counts = scipy.sparse.csr_matrix(
             (numpy.ones(len(rows), dtype=numpy.float32), (rows, cols)),
             shape=(len(queries), self.term_scores.shape[0]))
-        return (counts @ self.term_scores).toarray()
+        return counts @ self.term_scores
+
+    def _top(self, docs: numpy.ndarray, scores: numpy.ndarray, k: int) -> list[Doc]:
+        if len(scores) > k:
+            best = numpy.argpartition(-scores, k - 1)[:k]
+            docs, scores = docs[best], scores[best]
+        order = numpy.lexsort((docs, -scores))  # by score, ties by corpus order
+        return [Doc(id=self.records[i]["id"], contents=self.records[i]["contents"], score=s)
+                for i, s in zip(docs[order].tolist(), scores[order].tolist(), strict=True)
+                if s > 0]
 
     def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
         if not queries:
@@ -94,13 +103,8 @@ class SparseBM25:
         step = max(1, MAX_SCORES_AT_ONCE // self.num_docs)
         results = []
         for start in range(0, len(queries), step):
-            scores = torch.from_numpy(self._score(queries[start:start + step]))
-            top_scores, top_ids = (t.tolist() for t in torch.topk(scores, k, dim=1))
-            for row_ids, row_scores in zip(top_ids, top_scores, strict=True):
-                # No matching term scores 0; Lucene returns no hit for those documents.
-                results.append([
-                    Doc(id=self.records[i]["id"], contents=self.records[i]["contents"],
-                        score=s)
-                    for i, s in zip(row_ids, row_scores, strict=True) if s > 0
-                ])
+            scores = self._score(queries[start:start + step])
+            for row in range(scores.shape[0]):
+                lo, hi = scores.indptr[row], scores.indptr[row + 1]
+                results.append(self._top(scores.indices[lo:hi], scores.data[lo:hi], k))
         return results
