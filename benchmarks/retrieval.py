@@ -267,7 +267,7 @@ def throughput(url: str, engine: Engine, queries: list[str], warm_queries: list[
     ms = 1000.0
     print_table(
         f"2. {name} throughput, {len(queries)} queries, topk={TOPK}: best of {rounds} passes, "
-        f"after {warmup} warm-up passes over other queries",
+        f"after {len(jit_queries)} JIT warm-up queries and {warmup} warm-up passes",
         ["mode", "requests", "seconds", "queries/s", "p50 ms/req", "p95 ms/req", "vs (a)"],
         [["(a) HTTP, 1 query/request", len(single), f"{single_s:.2f}", f"{a:.0f}",
           f"{percentile(single, 50) * ms:.2f}", f"{percentile(single, 95) * ms:.2f}", "1.0x"],
