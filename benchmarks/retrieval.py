@@ -348,7 +348,7 @@ def main() -> int:
     parser.add_argument("--jit-warmup", type=int, default=10000,
                         help="queries each engine searches, in batches, before any timing")
     parser.add_argument("--warmup", type=int, default=3,
-                        help="untimed passes per mode before the timed ones (JIT warm-up)")
+                        help="untimed passes per mode before its timed ones")
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed passes per mode in section 2 (the fastest is reported)")
     parser.add_argument("--clients", type=int, default=50, help="concurrent clients")

@@ -68,8 +68,9 @@ class LuceneBM25:
         from jnius import autoclass
 
         self._as_list = autoclass("java.util.Arrays").asList
-        self._hits_json = _hits_as_json()
         self.contents = contents  # id -> contents, when the corpus is at hand
+        # Ids and scores are all a batch needs when the documents are in memory.
+        self._hits_json = _hits_as_json() if contents is not None else None
         index = str(index)
         if looks_like_path(index):
             path = Path(index).expanduser()
@@ -113,8 +114,8 @@ class LuceneBM25:
         qids = [str(i) for i in range(len(queries))]
         hits = self.searcher.object.batch_search(
             self._as_list(*queries), self._as_list(*qids), int(topk), int(self.threads))
-        if self.contents is not None and self._hits_json is not None:
-            # Ids and scores are all we need: one JSON string beats a Python proxy per hit
+        if self._hits_json is not None:
+            # One JSON string of ids and scores beats a Python proxy per hit
             # (three JNI calls each), which cost more than the search itself.
             rows = orjson.loads(self._hits_json(hits))
             return [[Doc(id=h["docid"], contents=self.contents[h["docid"]],
