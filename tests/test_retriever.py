@@ -295,3 +295,12 @@ def test_cli_index_reports(tmp_path, default_corpus):
     out = subprocess.run([sys.executable, "-m", "retriever", "index", "--corpus", str(corpus),
                           "--engine", "bm25"], capture_output=True, text=True, check=True)
     assert "engine=bm25 docs=50" in out.stdout and "size_mb=" in out.stdout
+    # What the README says next: that ids-only index serves through its corpus, not --index.
+    index = out.stdout.split(" index=")[1].split()[0]
+    assert index.endswith("lucene-ids")
+    bad = subprocess.run([sys.executable, "-m", "retriever", "search", "q", "--index", index],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "stores ids only" in bad.stderr and "--corpus" in bad.stderr
+    good = subprocess.run([sys.executable, "-m", "retriever", "search", "Plato", "--corpus",
+                           str(corpus)], capture_output=True, text=True, check=True)
+    assert "Doc 1(Title: " in good.stdout
