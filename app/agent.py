@@ -21,6 +21,7 @@ from app.events import (
     Finished,
     InvalidAction,
     SearchCalled,
+    Segment,
     TextDelta,
     TurnStarted,
 )
@@ -55,6 +56,7 @@ class _Run:
         self.settings = settings
         self.prompt = backend.build_prompt(question)
         self.segments = [self.prompt]
+        self.generated = [False]  # per segment: written by the model?
         self.tokens = backend.count_tokens(self.prompt)
         self.round = 0
         self.searches = self.invalid = self.new_tokens = 0
@@ -79,16 +81,18 @@ class _Run:
         return Finished(reason, self.round + (reason != "context_full"), self.searches,
                         self.new_tokens, time.perf_counter() - self.started,
                         "".join(self.segments), self.prompt, self.answer, self.invalid,
-                        list(self.retrieved), error)
+                        list(self.retrieved), error,
+                        tuple(map(Segment, self.segments, self.generated)))
 
-    def _append(self, text: str) -> None:
+    def _append(self, text: str, generated: bool = False) -> None:
         self.segments.append(text)
+        self.generated.append(generated)
         self.tokens += self.backend.count_tokens(text)
 
     def take_turn(self, output: TurnOutput) -> tuple[list[Event], str | None, Finished | None]:
         """Apply a generated turn: (events, query to search or None, Finished or None)."""
         text = protocol.cut_turn(output.text)
-        self._append(text)
+        self._append(text, generated=True)
         self.new_tokens += output.new_tokens
         if output.finish == "cancelled":
             return [], None, self.finish("cancelled")

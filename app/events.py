@@ -7,6 +7,14 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class Segment:
+    """One piece of a trajectory, in order: the prompt, a generated turn or inserted text."""
+
+    text: str
+    generated: bool  # written by the model (trained on, scored); False: prompt or inserted
+
+
+@dataclass(frozen=True)
 class TurnStarted:
     turn: int  # 1-based
     max_turns: int
@@ -55,6 +63,8 @@ class Finished:
     invalid_actions: int = 0
     retrieved: list = field(default_factory=list)  # contents of every retrieved document
     error: str | None = None
+    # The trajectory piece by piece (prompt first); "".join of the texts is `trajectory`.
+    segments: tuple[Segment, ...] = ()
 
     @property
     def response(self) -> str:
