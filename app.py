@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from app.models import DEFAULT_BASELINE, DEFAULT_MODEL
+from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

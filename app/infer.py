@@ -6,9 +6,8 @@ import argparse
 import json
 import sys
 
-from app.agent import run_agent
-from app.backends.base import ModelLoadError
-from app.config import (
+from agent.backends.base import ModelLoadError
+from agent.config import (
     add_agent_flags,
     add_model_flags,
     add_retriever_flags,
@@ -16,7 +15,7 @@ from app.config import (
     make_backend,
     make_retriever,
 )
-from app.events import (
+from agent.events import (
     AnswerGiven,
     DocumentsReturned,
     Finished,
@@ -26,6 +25,7 @@ from app.events import (
     TurnStarted,
     event_to_dict,
 )
+from agent.loop import run_agent
 
 
 class Style:

@@ -46,9 +46,9 @@ os.environ["LLDS_TEST_CACHE_DIR"] = os.environ["LLDS_CACHE_DIR"]
 
 import requests  # noqa: E402
 
-from app import protocol  # noqa: E402
-from app.agent import AgentSettings, run_agent, run_agent_batch  # noqa: E402
-from app.events import Finished  # noqa: E402
+from agent import protocol  # noqa: E402
+from agent.events import Finished  # noqa: E402
+from agent.loop import AgentSettings, run_agent, run_agent_batch  # noqa: E402
 
 ENGINE = "bm25s"
 HOST = "127.0.0.1"
@@ -62,8 +62,8 @@ def build_models(root: Path) -> dict[str, Path]:
     that re-encoding a long context costs real compute: `small` (random weights, long
     invalid turns) and `small-search` (scripted: searches every turn, so the context grows
     by whole observations as in real Search-R1 rollouts)."""
+    from agent.testing import build_random, build_scripted, build_tokenizer, scripted_paths
     from retriever.corpus import load_records, resolve_corpus
-    from tests.tiny_model import build_random, build_scripted, build_tokenizer, scripted_paths
 
     def search_every_turn(tokenizer) -> dict[str, list[str]]:
         search = scripted_paths(tokenizer)["\n"]
@@ -251,7 +251,7 @@ def ratio_line(name: str, slow: Outcome, fast: Outcome) -> str:
 
 def bench_model(name: str, model_dir: Path, url: str, retriever, questions: list[str],
                 settings: AgentSettings, batch_sizes: Sequence[int]) -> None:
-    from app.backends.hf import TransformersBackend
+    from agent.backends.hf import TransformersBackend
 
     naive = NaiveAgent(model_dir, url, settings)
     ours = TransformersBackend(str(model_dir), device="cpu", reuse_cache=True)

@@ -23,10 +23,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.curves.analysis import analyse_run  # noqa: E402
-from app.curves.parse import read_log  # noqa: E402
-from app.curves.plots import build_panels  # noqa: E402
-from app.curves.runs import make_run  # noqa: E402
+from curves.analysis import analyse_run  # noqa: E402
+from curves.parse import read_log  # noqa: E402
+from curves.plots import build_panels  # noqa: E402
+from curves.runs import make_run  # noqa: E402
 from tests.curves_fixtures import synthetic_run  # noqa: E402
 
 TOTAL_LINES = 200_000

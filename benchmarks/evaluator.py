@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
 
-from app.agent import AgentSettings  # noqa: E402  (light: no torch, no transformers)
+from agent.loop import AgentSettings  # noqa: E402  (light: no torch, no transformers)
 
 # benchmarks/agent.py sets the offline flags and a private LLDS_CACHE_DIR when imported.
 from benchmarks.agent import (  # noqa: E402
@@ -96,7 +96,7 @@ def run_cli(model_dir: Path, data_dir: Path, out_dir: Path, args: argparse.Names
 def run_in_process(model_dir: Path, data_dir: Path, out_path: Path, settings: AgentSettings,
                    batch_size: int) -> tuple[float, list[dict]]:
     """(seconds, records) for evaluator.runner.evaluate, model and index loaded beforehand."""
-    from app.backends.hf import TransformersBackend
+    from agent.backends.hf import TransformersBackend
     from evaluator.benchmarks import load_benchmark
     from evaluator.runner import evaluate
     from retriever.client import LocalRetriever

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from app.config import (
+from agent.config import (
     add_agent_flags,
     add_model_flags,
     add_retriever_flags,
@@ -84,7 +84,7 @@ def cmd_run(argv: list[str]) -> int:
     except RunMismatch as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from app.backends.base import ModelLoadError
+    from agent.backends.base import ModelLoadError
 
     try:
         backend = make_backend(args)

@@ -173,7 +173,7 @@ def load_hub(name: str, split: str) -> list[Question]:
 
     import datasets
 
-    from app.models import hub_reachable
+    from agent.models import hub_reachable
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     if not offline and not hub_reachable():  # seconds, not half a minute of retries

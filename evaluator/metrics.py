@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from app.protocol import extract_answer
+from agent.protocol import extract_answer
 from evaluator.benchmarks import IN_DOMAIN, OUT_OF_DOMAIN
 
 METRIC_KEYS = ("em", "sub_em", "f1", "retrieval_recall")

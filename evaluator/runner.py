@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.agent import AgentSettings, run_agent_batch
-from app.events import Finished
+from agent.events import Finished
+from agent.loop import AgentSettings, run_agent_batch
 from evaluator.benchmarks import Question
 from evaluator.metrics import score_question
 from evaluator.report import SUMMARY_FILES, read_jsonl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.protocol import split_title
+from agent.protocol import split_title
 
 
 @dataclass(frozen=True)

@@ -106,8 +106,8 @@ def retriever_server(default_corpus):
 def tiny_models(tmp_path_factory, default_corpus) -> dict[str, Path]:
     """Tiny Qwen2 models saved to disk: `random`, `scripted` (search, then answer) and
     `eos` (thinks, then ends with EOS), loaded through the same path as a hub id."""
+    from agent.testing import build_random, build_scripted, build_tokenizer
     from retriever.corpus import load_records
-    from tests.tiny_model import build_random, build_scripted, build_tokenizer
 
     root = tmp_path_factory.mktemp("tiny-models")
     texts = [r["contents"] for r in load_records(default_corpus)[:2000]]

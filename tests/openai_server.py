@@ -12,7 +12,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
-from app.backends.base import Sampling, TurnOutput
+from agent.backends.base import Sampling, TurnOutput
 
 
 def create_app(backend) -> FastAPI:

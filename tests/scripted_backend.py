@@ -1,7 +1,7 @@
 """A test double: a backend that emits given turns. Lives in tests/ only.
 
 The real-path twin of every test that uses it runs the tiny Qwen2 models in
-tests/tiny_model.py through the transformers backend.
+agent/testing.py through the transformers backend.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from app import protocol
-from app.backends.base import Sampling, TurnOutput
+from agent import protocol
+from agent.backends.base import Sampling, TurnOutput
 
 Script = Sequence[str] | Callable[[str, int], str]
 _QUESTION = re.compile(r"Question: (.*)\n$")

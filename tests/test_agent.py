@@ -6,9 +6,8 @@ import threading
 
 import pytest
 
-from app import protocol
-from app.agent import AgentSettings, run_agent, run_agent_batch
-from app.events import (
+from agent import protocol
+from agent.events import (
     AnswerGiven,
     DocumentsReturned,
     Finished,
@@ -18,6 +17,7 @@ from app.events import (
     TurnStarted,
     event_to_dict,
 )
+from agent.loop import AgentSettings, run_agent, run_agent_batch
 from retriever.client import RetrieverError
 from tests.scripted_backend import ScriptedBackend
 

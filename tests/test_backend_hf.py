@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from app import protocol
-from app.agent import AgentSettings, run_agent, run_agent_batch
-from app.backends.base import ModelLoadError, Sampling
-from app.backends.hf import TransformersBackend
-from app.events import AnswerGiven, DocumentsReturned, Finished, TextDelta
-from app.models import check_loadable
+from agent import protocol
+from agent.backends.base import ModelLoadError, Sampling
+from agent.backends.hf import TransformersBackend
+from agent.events import AnswerGiven, DocumentsReturned, Finished, TextDelta
+from agent.loop import AgentSettings, run_agent, run_agent_batch
+from agent.models import check_loadable
 
 
 @pytest.fixture(scope="module")

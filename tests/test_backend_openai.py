@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.agent import AgentSettings, run_agent, run_agent_batch
-from app.backends.base import Sampling
-from app.backends.hf import TransformersBackend
-from app.backends.openai_compat import UNREPORTED, OpenAIBackend, restore_stop
+from agent.backends.base import Sampling
+from agent.backends.hf import TransformersBackend
+from agent.backends.openai_compat import UNREPORTED, OpenAIBackend, restore_stop
+from agent.loop import AgentSettings, run_agent, run_agent_batch
 from tests.conftest import free_port
 from tests.openai_server import serve_in_thread
 

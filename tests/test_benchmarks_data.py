@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.protocol import user_message
+from agent.protocol import user_message
 from evaluator import benchmarks
 from evaluator.benchmarks import (
     BENCHMARK_NAMES,
@@ -254,10 +254,10 @@ def test_resolve_names() -> None:
 
 
 def test_an_unreachable_hub_fails_fast_with_where_to_put_files(monkeypatch):
-    import app.models
+    import agent.models
     from evaluator.benchmarks import DataError, load_hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(app.models, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(agent.models, "hub_reachable", lambda timeout=3.0: False)
     with pytest.raises(DataError, match="cannot be reached.*--data-dir"):
         load_hub("nq", "test")

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.curves.analysis import (
+from curves.analysis import (
     PhaseRule,
     analyse_run,
     detect_phases,
@@ -14,8 +14,8 @@ from app.curves.analysis import (
     reward_collapse,
     summary_table,
 )
-from app.curves.plots import ema
-from app.curves.runs import make_run
+from curves.plots import ema
+from curves.runs import make_run
 from tests.curves_fixtures import SyntheticPhases, synthetic_run
 
 LIK = "actor/pos_avg_old_log_prob"

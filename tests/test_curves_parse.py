@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from app.curves.parse import LogFormatError, detect_format, read_log
-from app.curves.runs import guess_method, resolve_metrics, validation_dataset
+from curves.parse import LogFormatError, detect_format, read_log
+from curves.runs import guess_method, resolve_metrics, validation_dataset
 from tests.curves_fixtures import (
     console_line,
     synthetic_run,

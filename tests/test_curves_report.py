@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from plotly.offline import get_plotlyjs
 
-from app.curves import analyze_uploads
-from app.curves.report import render_report
+from curves import analyze_uploads
+from curves.report import render_report
 from tests.curves_fixtures import (
     synthetic_run,
     write_console,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.agent import AgentSettings
+from agent.loop import AgentSettings
 from evaluator.benchmarks import Question
 from evaluator.report import load_run, write_summary
 from evaluator.runner import RunMismatch, evaluate, prepare_run_dir

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from app.events import DocumentsReturned, Finished, SearchCalled, TextDelta, TurnStarted
+from agent.events import DocumentsReturned, Finished, SearchCalled, TextDelta, TurnStarted
 from app.infer import Style, render_terminal
 from retriever.doc import Doc
 from tests.conftest import ROOT

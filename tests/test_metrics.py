@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.protocol import extract_answer
+from agent.protocol import extract_answer
 from evaluator.metrics import (
     aggregate,
     exact_match,

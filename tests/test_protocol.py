@@ -1,6 +1,6 @@
 """The protocol strings, byte for byte as PROTOCOL.md states them."""
 
-from app import protocol
+from agent import protocol
 
 EXPECTED_PROMPT = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first "

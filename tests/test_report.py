@@ -37,7 +37,7 @@ def _settings(**overrides: object) -> dict:
 
 def _record(dataset: str, index: int, golden: list[str], response: str,
             failure: str | None = None, retrieved: list[str] | None = None) -> dict:
-    from app.protocol import extract_answer
+    from agent.protocol import extract_answer
 
     retrieved = retrieved or []
     prediction = extract_answer(response)

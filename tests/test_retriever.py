@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from app.protocol import render_documents
+from agent.protocol import render_documents
 from retriever.client import HttpRetriever, LocalRetriever, RetrieverError
 from retriever.corpus import CorpusError, iter_records, load_records, resolve_corpus
 from retriever.doc import Doc

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.backends.base import ModelLoadError
+from agent.backends.base import ModelLoadError
 from retriever.doc import Doc
 from tests.conftest import ROOT, free_port
 from tests.scripted_backend import ScriptedBackend

@@ -40,7 +40,7 @@ def test_evaluate_sample_reports_bad_input(tmp_path, monkeypatch, local_retrieve
     assert "Could not load nq" in missing
 
     def broken(model):
-        from app.backends.base import ModelLoadError
+        from agent.backends.base import ModelLoadError
 
         raise ModelLoadError("offline and not cached")
 

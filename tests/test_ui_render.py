@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from app.agent import AgentSettings
-from app.backends.base import ModelLoadError
-from app.events import (
+from agent.backends.base import ModelLoadError
+from agent.events import (
     AnswerGiven,
     DocumentsReturned,
     Finished,
@@ -20,6 +19,7 @@ from app.events import (
     TextDelta,
     TurnStarted,
 )
+from agent.loop import AgentSettings
 from app.ui import render
 from app.ui.render import ModelStatus, Segment, Transcript, split_turn
 from app.ui.session import (
@@ -323,8 +323,8 @@ def bm25s_retriever():
 @pytest.fixture(scope="module")
 def tiny_scripted_model(tmp_path_factory):
     pytest.importorskip("transformers")
+    from agent.testing import build_scripted, build_tokenizer
     from retriever.corpus import load_records, resolve_corpus
-    from tests.tiny_model import build_scripted, build_tokenizer
 
     texts = [r["contents"] for r in load_records(resolve_corpus("default"))[:2000]]
     folder = tmp_path_factory.mktemp("tiny")

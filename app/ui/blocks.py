@@ -15,8 +15,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.agent import AgentSettings
-from app.models import DEFAULT_BASELINE, DEFAULT_MODEL, label, registry
+from agent.loop import AgentSettings
+from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL, label, registry
 from app.ui import render
 from app.ui.session import (
     BackendFactory,
@@ -287,9 +287,9 @@ def _compare_tab(studio: Studio, controls: list) -> None:
 
 # Training curves ------------------------------------------------------------------------
 def _curves_tab() -> bool:
-    """Mount the Training-curves tab when app.curves offers analyze_uploads."""
+    """Mount the Training-curves tab when the curves package offers analyze_uploads."""
     try:
-        from app.curves import analyze_uploads
+        from curves import analyze_uploads
     except ImportError:
         return False
 

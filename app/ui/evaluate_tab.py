@@ -12,7 +12,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from app.backends.base import ModelLoadError
+from agent.backends.base import ModelLoadError
 from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings
 from evaluator.metrics import aggregate
 
@@ -27,7 +27,7 @@ def run_dir_for(model: str, dataset: str, sample: int, seed: int) -> Path:
 def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
                     data_dir: str, max_turns: int, progress=None) -> tuple[str, pd.DataFrame]:
     """Run the evaluator on `sample` questions; (summary markdown, per-question table)."""
-    from app.agent import AgentSettings
+    from agent.loop import AgentSettings
     from evaluator.runner import evaluate, prepare_run_dir
 
     model = (model or "").strip()

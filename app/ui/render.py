@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.events import (
+from agent.events import (
     AnswerGiven,
     DocumentsReturned,
     Event,

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
-from app.agent import AgentSettings, run_agent
-from app.backends.base import Backend, ModelLoadError
+from agent.backends.base import Backend, ModelLoadError
+from agent.loop import AgentSettings, run_agent
 from app.ui.render import ModelStatus
 
 MAX_QUESTION_CHARS = 2000
@@ -56,14 +56,14 @@ def make_backend_factory(kind: str = "transformers", device: str = "auto",
     """A function model-id -> loaded backend, for `--backend`."""
     if kind == "transformers":
         def load(model: str) -> Backend:
-            from app.backends.hf import TransformersBackend
+            from agent.backends.hf import TransformersBackend
 
             return TransformersBackend(model, device=device)
 
         return load
     if kind == "openai":
         def connect(model: str) -> Backend:
-            from app.backends.openai_compat import OpenAIBackend
+            from agent.backends.openai_compat import OpenAIBackend
 
             return OpenAIBackend(model, base_url=base_url or "http://127.0.0.1:8001/v1")
 
@@ -184,7 +184,7 @@ class ModelPool:
 
 
 def status_markdown(pool: ModelPool, model: str) -> str:
-    from app.models import label
+    from agent.models import label
 
     state, detail = pool.status(model.strip())
     name = label(model.strip())

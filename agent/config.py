@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from app.agent import AgentSettings
-from app.models import DEFAULT_MODEL
+from agent.loop import AgentSettings
+from agent.models import DEFAULT_MODEL
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -65,11 +65,11 @@ def agent_settings(args: argparse.Namespace) -> AgentSettings:
 
 def make_backend(args: argparse.Namespace):
     if args.backend == "openai":
-        from app.backends.openai_compat import OpenAIBackend
+        from agent.backends.openai_compat import OpenAIBackend
 
         return OpenAIBackend(args.model, base_url=args.base_url, tokenizer=args.tokenizer,
                              concurrency=getattr(args, "concurrency", 16))
-    from app.backends.hf import TransformersBackend
+    from agent.backends.hf import TransformersBackend
 
     return TransformersBackend(args.model, device=args.device,
                                trust_remote_code=args.trust_remote_code)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from app import protocol
+from agent import protocol
 
 TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
         "<information>", "</information>"]

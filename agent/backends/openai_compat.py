@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from app import protocol
-from app.backends.base import ModelLoadError, Sampling, TurnOutput
+from agent import protocol
+from agent.backends.base import ModelLoadError, Sampling, TurnOutput
 
 UNREPORTED = object()  # the server has no field saying which stop fired
 
@@ -60,7 +60,7 @@ class OpenAIBackend:
         try:  # the chat template and token counts come from the model's own tokenizer
             from transformers import AutoTokenizer
 
-            from app.models import check_loadable
+            from agent.models import check_loadable
 
             check_loadable(tokenizer or model)
             self.tokenizer = AutoTokenizer.from_pretrained(tokenizer or model)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from app.curves.runs import Run, make_run, recognised_keys
+from curves.runs import Run, make_run, recognised_keys
 
 MAX_BYTES = 200 * 1024 * 1024
 HEAD_BYTES = 64 * 1024

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from app.backends.base import ModelLoadError
+from agent.backends.base import ModelLoadError
 
 REGISTRY_FILE = Path(__file__).resolve().parent.parent / "assets" / "models.json"
 DEFAULT_MODEL = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"

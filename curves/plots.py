@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
-from app.curves.analysis import RunAnalysis
-from app.curves.runs import CANONICAL_BY_ID, Run, metric_label, resolve_metrics
+from curves.analysis import RunAnalysis
+from curves.runs import CANONICAL_BY_ID, Run, metric_label, resolve_metrics
 
 # Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
 _GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 
-from app import protocol
-from app.backends.base import ModelLoadError, Sampling, TurnOutput
+from agent import protocol
+from agent.backends.base import ModelLoadError, Sampling, TurnOutput
 
 
 class _BatchCache:
@@ -121,7 +121,7 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from app.models import check_loadable
+        from agent.models import check_loadable
 
         check_loadable(model)
         self.device = pick_device(device)

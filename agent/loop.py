@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from app import protocol
-from app.backends.base import Backend, Sampling, TurnOutput
-from app.events import (
+from agent import protocol
+from agent.backends.base import Backend, Sampling, TurnOutput
+from agent.events import (
     AnswerGiven,
     DocumentsReturned,
     Event,

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from app.curves.runs import Run, resolve_metrics
+from curves.runs import Run, resolve_metrics
 
 
 @dataclass(frozen=True)

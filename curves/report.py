@@ -11,7 +11,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 if TYPE_CHECKING:
-    from app.curves import AnalysisResult
+    from curves import AnalysisResult
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1200px;
@@ -45,7 +45,7 @@ def render_report(result: AnalysisResult, title: str = "Training curves: LLD che
     parts.append(
         "<p class='note'>Phase rule (ours; the paper gives none): "
         f"<code>{html.escape(result.rule.describe())}</code>. See "
-        "<code>app/curves/analysis.py</code> for what each parameter does. Empty cells mean "
+        "<code>curves/analysis.py</code> for what each parameter does. Empty cells mean "
         "the data does not support that finding.</p>"
     )
     if result.messages:
