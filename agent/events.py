@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from retriever.doc import Doc
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -17,7 +19,9 @@ class Segment:
 @dataclass(frozen=True)
 class TurnStarted:
     turn: int  # 1-based
-    max_turns: int
+    # All rounds this run may take: AgentSettings.max_turns rounds with retrieval, plus the
+    # closing one without.
+    rounds: int
     final: bool  # the closing round, in which no search runs
 
 
@@ -35,7 +39,7 @@ class SearchCalled:
 @dataclass(frozen=True)
 class DocumentsReturned:
     query: str
-    docs: list  # list[retriever.doc.Doc]
+    docs: list[Doc]
     rendered: str  # the observation exactly as inserted (after truncation)
     seconds: float
 
@@ -61,7 +65,7 @@ class Finished:
     prompt: str
     answer: str | None = None
     invalid_actions: int = 0
-    retrieved: list = field(default_factory=list)  # contents of every retrieved document
+    retrieved: list[str] = field(default_factory=list)  # contents of every retrieved document
     error: str | None = None
     # The trajectory piece by piece (prompt first); "".join of the texts is `trajectory`.
     segments: tuple[Segment, ...] = ()
@@ -73,8 +77,6 @@ class Finished:
 
 Event = (TurnStarted | TextDelta | SearchCalled | DocumentsReturned | InvalidAction | AnswerGiven
          | Finished)
-
-STOP_REASONS = ("answer", "eos", "max_turns", "context_full", "cancelled", "error")
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

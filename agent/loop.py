@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent import protocol
 from agent.backends.base import Backend, Sampling, TurnOutput
@@ -25,6 +26,10 @@ from agent.events import (
     TextDelta,
     TurnStarted,
 )
+from retriever.doc import Doc
+
+if TYPE_CHECKING:  # the client pulls in httpx; the loop only needs the interface
+    from retriever.client import Retriever
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class AgentSettings:
         return Sampling(self.greedy, self.temperature, self.top_p, self.seed)
 
 
-class _Run:
+class _QuestionState:
     """The state of one question: its segments, counters, and the protocol's decisions."""
 
     def __init__(self, question: str, backend: Backend, settings: AgentSettings):
@@ -100,7 +105,7 @@ class _Run:
         if action.kind == "answer":
             self.answer = action.content
             return [AnswerGiven(action.content)], None, self.finish("answer")
-        if self.final:  # the closing round: an action is parsed, but no search runs
+        if self.final:  # the closing round: an action is parsed, but no search states
             return [], None, self.finish("max_turns")
         if action.kind == "search":
             self.searches += 1
@@ -112,8 +117,8 @@ class _Run:
         self.round += 1
         return [InvalidAction(text)], None, None
 
-    def add_documents(self, query: str, docs: list, seconds: float) -> DocumentsReturned:
-        contents = protocol.contents_of(docs)
+    def add_documents(self, query: str, docs: list[Doc], seconds: float) -> DocumentsReturned:
+        contents = [doc.contents for doc in docs]
         self.retrieved.extend(contents)
         inserted = self.backend.truncate(
             protocol.observation(protocol.render_documents(contents)),
@@ -123,29 +128,31 @@ class _Run:
         return DocumentsReturned(query, list(docs), inserted, seconds)
 
 
-def _search(retriever, queries: list[str], topk: int) -> tuple[list[list], float]:
+def _search(retriever: Retriever, queries: list[str],
+            topk: int) -> tuple[list[list[Doc]], float]:
     start = time.perf_counter()
     results = retriever.search(queries, topk)
     return results, time.perf_counter() - start
 
 
-def run_agent(question: str, backend: Backend, retriever, settings: AgentSettings | None = None,
+def run_agent(question: str, backend: Backend, retriever: Retriever,
+              settings: AgentSettings | None = None,
               cancel: threading.Event | None = None) -> Iterator[Event]:
     """Answer one question, yielding events as they happen; the last one is `Finished`."""
     settings = settings or AgentSettings()
-    run = _Run(question, backend, settings)
+    state = _QuestionState(question, backend, settings)
     try:
         while True:
             if cancel is not None and cancel.is_set():
-                yield run.finish("cancelled")
+                yield state.finish("cancelled")
                 return
-            budget = run.budget()
+            budget = state.budget()
             if budget <= 0:
-                yield run.finish("context_full")
+                yield state.finish("context_full")
                 return
-            yield run.turn_started()
+            yield state.turn_started()
             output, shown, text = None, 0, ""
-            for item in backend.stream(run.segments, budget, settings.sampling, cancel):
+            for item in backend.stream(state.segments, budget, settings.sampling, cancel):
                 if isinstance(item, TurnOutput):
                     output = item
                     break
@@ -157,42 +164,42 @@ def run_agent(question: str, backend: Backend, retriever, settings: AgentSetting
                     shown = len(visible)
             if output is None:
                 raise RuntimeError("the backend ended a turn without its TurnOutput")
-            events, query, finished = run.take_turn(output)
+            events, query, finished = state.take_turn(output)
             yield from events
             if finished is not None:
                 yield finished
                 return
             if query is not None:
                 docs, seconds = _search(retriever, [query], settings.topk)
-                yield run.add_documents(query, docs[0], seconds)
+                yield state.add_documents(query, docs[0], seconds)
     except Exception as err:  # shown to the user; the run ends, the front end stays up
-        yield run.finish("error", f"{type(err).__name__}: {err}")
+        yield state.finish("error", f"{type(err).__name__}: {err}")
 
 
-def run_agent_batch(questions: Sequence[str], backend: Backend, retriever,
+def run_agent_batch(questions: Sequence[str], backend: Backend, retriever: Retriever,
                     settings: AgentSettings | None = None) -> Iterator[tuple[int, Finished]]:
     """Answer many questions together; yields (index, Finished) as each one ends."""
     settings = settings or AgentSettings()
-    runs = [_Run(q, backend, settings) for q in questions]
-    active = list(range(len(runs)))
+    states = [_QuestionState(q, backend, settings) for q in questions]
+    active = list(range(len(states)))
     while active:
-        budgets = {i: runs[i].budget() for i in active}
+        budgets = {i: states[i].budget() for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
-            yield i, runs[i].finish("context_full")
+            yield i, states[i].finish("context_full")
         active = [i for i in active if budgets[i] > 0]
         if not active:
             return
         try:
-            outputs = backend.generate([runs[i].segments for i in active],
+            outputs = backend.generate([states[i].segments for i in active],
                                        [budgets[i] for i in active], settings.sampling)
         except Exception as err:
             for i in active:
-                yield i, runs[i].finish("error", f"{type(err).__name__}: {err}")
+                yield i, states[i].finish("error", f"{type(err).__name__}: {err}")
             return
         searching: list[tuple[int, str]] = []
         still = []
         for i, output in zip(active, outputs, strict=True):
-            _, query, finished = runs[i].take_turn(output)
+            _, query, finished = states[i].take_turn(output)
             if finished is not None:
                 yield i, finished
             else:
@@ -204,8 +211,8 @@ def run_agent_batch(questions: Sequence[str], backend: Backend, retriever,
                 results, seconds = _search(retriever, [q for _, q in searching], settings.topk)
             except Exception as err:
                 for i in still:
-                    yield i, runs[i].finish("error", f"{type(err).__name__}: {err}")
+                    yield i, states[i].finish("error", f"{type(err).__name__}: {err}")
                 return
             for (i, query), docs in zip(searching, results, strict=True):
-                runs[i].add_documents(query, docs, seconds)
+                states[i].add_documents(query, docs, seconds)
         active = still

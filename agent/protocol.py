@@ -1,15 +1,22 @@
 """The Search-R1 inference protocol as pure functions: no torch, no I/O.
 
 Every string here is byte-exact to what the LLDS / Search-R1 checkpoints were trained on
-(see PROTOCOL.md). A model only behaves as published when it sees exactly these.
+(docs/protocol.md says what each one is and why). A model only behaves as published when it
+sees exactly these.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+# The document format belongs to the retriever; the protocol renders with it.
+from retriever.doc import render_documents, split_title
+
+__all__ = ["INSTRUCTION", "INVALID_ACTION_MESSAGE", "STOP_STRINGS", "Action", "build_prompt",
+           "cut_turn", "extract_answer", "find_stop", "normalize_question", "observation",
+           "parse_action", "render_documents", "split_title", "user_message"]
 
 INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> "
@@ -31,9 +38,6 @@ INVALID_ACTION_MESSAGE = (
 # Stop strings for one turn. Search-R1 lists `</search>` with an optional leading space and
 # trailing newlines as token sequences; matched as text, `</search>` alone covers them all.
 STOP_STRINGS = ("</search>", "</answer>")
-
-# Qwen2.5 end-of-sequence ids: <|im_end|> and <|endoftext|>.
-QWEN_EOS_IDS = (151645, 151643)
 
 _ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -97,21 +101,6 @@ def observation(rendered_docs: str) -> str:
     return f"\n\n<information>{rendered_docs.strip()}</information>\n\n"
 
 
-def split_title(contents: str) -> tuple[str, str]:
-    """Split wiki-18 `contents` into (title line, rest). The title keeps its quotes."""
-    title, _, text = contents.partition("\n")
-    return title, text
-
-
-def render_documents(contents: Iterable[str]) -> str:
-    """Documents as the model saw them in training: `Doc {i}(Title: {title}) {text}\\n`."""
-    parts = []
-    for i, doc in enumerate(contents, start=1):
-        title, text = split_title(doc)
-        parts.append(f"Doc {i}(Title: {title}) {text}\n")
-    return "".join(parts)
-
-
 def extract_answer(response: str) -> str | None:
     """The content of the last `<answer>` in the model's response, stripped; None if absent.
 
@@ -124,15 +113,3 @@ def extract_answer(response: str) -> str | None:
     matches = _ANSWER_RE.findall(generated)
     return matches[-1].strip() if matches else None
 
-
-def contents_of(docs: Sequence[Any]) -> list[str]:
-    """`contents` strings from Doc objects, dicts ({"contents"} or {"document": {...}}) or str."""
-    out = []
-    for doc in docs:
-        if isinstance(doc, str):
-            out.append(doc)
-        elif isinstance(doc, dict):
-            out.append((doc.get("document") or doc)["contents"])
-        else:
-            out.append(doc.contents)
-    return out

@@ -40,7 +40,7 @@ def render_terminal(event, style: Style) -> str:
     """How one event reads in a terminal (pure: returns the text to print)."""
     if isinstance(event, TurnStarted):
         kind = "final round, no search" if event.final else "turn"
-        return style(f"\n── {kind} {event.turn}/{event.max_turns} ──\n", "2")
+        return style(f"\n── {kind} {event.turn}/{event.rounds} ──\n", "2")
     if isinstance(event, TextDelta):
         return event.text
     if isinstance(event, SearchCalled):

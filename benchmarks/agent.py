@@ -137,7 +137,7 @@ class NaiveAgent:
     def search(self, query: str) -> str:
         payload = {"queries": [query], "topk": self.settings.topk, "return_scores": True}
         docs = requests.post(self.url, json=payload, timeout=30).json()["result"][0]
-        return protocol.render_documents(protocol.contents_of(docs))
+        return protocol.render_documents(d["document"]["contents"] for d in docs)
 
     def truncate(self, text: str, max_tokens: int) -> str:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]

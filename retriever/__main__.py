@@ -40,7 +40,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_search(args: argparse.Namespace) -> None:
-    from agent.protocol import render_documents
+    from retriever.doc import render_documents
 
     docs = _open(args).search([args.query], args.topk)[0]
     if not docs:

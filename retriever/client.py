@@ -22,7 +22,8 @@ class Retriever(Protocol):
     def search(self, queries: list[str], topk: int = 3) -> list[list[Doc]]: ...
 
 
-def _doc(item: dict) -> Doc:
+def doc_from_result(item: dict) -> Doc:
+    """One item of a `/retrieve` answer (`{"document": {...}, "score"}` or a bare document)."""
     document = item.get("document", item)
     return Doc(id=str(document.get("id", "")), contents=document["contents"],
                score=float(item.get("score", 0.0)))
@@ -57,7 +58,7 @@ class HttpRetriever:
                                  f"{response.text[:500]}")
         try:
             rows = response.json()["result"]
-            return [[_doc(item) for item in row] for row in rows]
+            return [[doc_from_result(item) for item in row] for row in rows]
         except (ValueError, KeyError, TypeError) as err:
             raise RetrieverError(f"The retriever at {self.url} did not answer in the "
                                  f"Search-R1 format ({err}).") from err

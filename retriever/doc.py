@@ -1,10 +1,29 @@
-"""The one document type every engine, client and front end shares."""
+"""The one document type every engine, client and front end shares, and the wiki-18 format.
+
+A wiki-18 `contents` string is `"Title"\ntext`. `render_documents` is how Search-R1 shows
+retrieved documents to the model; the agent's protocol (`agent.protocol`) uses it from here,
+so the format is written once and this package imports nothing from the agent.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.protocol import split_title
+
+def split_title(contents: str) -> tuple[str, str]:
+    """Split wiki-18 `contents` into (title line, rest). The title keeps its quotes."""
+    title, _, text = contents.partition("\n")
+    return title, text
+
+
+def render_documents(contents: Iterable[str]) -> str:
+    """Documents as the model saw them in training: `Doc {i}(Title: {title}) {text}\\n`."""
+    parts = []
+    for i, doc in enumerate(contents, start=1):
+        title, text = split_title(doc)
+        parts.append(f"Doc {i}(Title: {title}) {text}\n")
+    return "".join(parts)
 
 
 @dataclass(frozen=True)

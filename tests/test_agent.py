@@ -94,7 +94,7 @@ def test_final_round_runs_no_search(local_retriever):
     assert done.stop_reason == "max_turns" and done.turns == 3
     assert calls == [["query 0"], ["query 1"]]  # the third search is parsed, never run
     starts = [e for e in events if isinstance(e, TurnStarted)]
-    assert [(s.turn, s.max_turns, s.final) for s in starts] == [(1, 3, False), (2, 3, False),
+    assert [(s.turn, s.rounds, s.final) for s in starts] == [(1, 3, False), (2, 3, False),
                                                                 (3, 3, True)]
 
 

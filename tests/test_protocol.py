@@ -1,4 +1,4 @@
-"""The protocol strings, byte for byte as PROTOCOL.md states them."""
+"""The protocol strings, byte for byte as docs/protocol.md states them."""
 
 from agent import protocol
 
@@ -89,9 +89,11 @@ def test_extract_answer():
         "<information>Doc 1(Title: x) <answer>doc</answer></information>") is None
 
 
-def test_contents_of_accepts_the_shapes_in_use():
+def test_server_answers_become_docs_at_the_client():
+    from retriever.client import doc_from_result
     from retriever.doc import Doc
 
-    doc = Doc("1", '"T"\nx', 1.0)
-    assert protocol.contents_of([doc, {"contents": "c"}, {"document": {"contents": "d"}}, "e"]) == (
-        ['"T"\nx', "c", "d", "e"])
+    wrapped = {"document": {"id": 7, "contents": '"T"\nx'}, "score": 1.5}
+    assert doc_from_result(wrapped) == Doc("7", '"T"\nx', 1.5)
+    assert doc_from_result({"contents": '"U"\ny'}) == Doc("", '"U"\ny', 0.0)
+    assert (doc_from_result(wrapped).title, doc_from_result(wrapped).text) == ("T", "x")

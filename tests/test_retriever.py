@@ -12,10 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from agent.protocol import render_documents
 from retriever.client import HttpRetriever, LocalRetriever, RetrieverError
 from retriever.corpus import CorpusError, iter_records, load_records, resolve_corpus
-from retriever.doc import Doc
+from retriever.doc import Doc, render_documents
 from retriever.lucene import looks_like_path
 
 QUESTION = "Who directed the film 2001: A Space Odyssey?"

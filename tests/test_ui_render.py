@@ -75,7 +75,7 @@ def test_split_turn_keeps_stray_closing_tags_as_text():
 def test_turn_started_sets_the_counter_and_adds_no_message():
     t = Transcript(now=lambda: 0.0)
     t.apply(TurnStarted(2, 5, False))
-    assert (t.turn, t.max_turns, t.messages) == (2, 5, [])
+    assert (t.turn, t.rounds, t.messages) == (2, 5, [])
 
 
 def test_text_delta_streams_into_an_open_thought():
@@ -177,7 +177,7 @@ def test_stats_count_turns_searches_tokens_and_rate():
     for event in run_events()[:-1]:
         t.apply(event)
     stats = t.stats()
-    assert (stats.turn, stats.max_turns, stats.searches) == (2, 5, 1)
+    assert (stats.turn, stats.rounds, stats.searches) == (2, 5, 1)
     assert stats.tokens > 0 and stats.tokens_per_second > 0
     t.apply(run_events()[-1])
     assert t.stats().tokens == 20 and t.stats().stop_reason == "answer"

@@ -200,7 +200,7 @@ class Transcript:
         self._search: _Search | None = None
         self._status_at: int | None = None  # index of the model-status panel
         self.turn = 0
-        self.max_turns = 0
+        self.rounds = 0
         self.searches = 0
         self.finished: Finished | None = None
         self.answer: str | None = None
@@ -241,7 +241,7 @@ class Transcript:
             self._apply_status(event)
         elif isinstance(event, TurnStarted):
             self._close_turn()
-            self.turn, self.max_turns = event.turn, event.max_turns
+            self.turn, self.rounds = event.turn, event.rounds
             self._turn_began = self.now()
         elif isinstance(event, TextDelta):
             if self.first_text_at is None:
@@ -324,7 +324,7 @@ class Transcript:
         seconds = (self.finished.seconds if self.finished is not None
                    else self.now() - self.started)
         generating = self.generation_seconds
-        return RunStats(turn=self.turn, max_turns=self.max_turns, searches=self.searches,
+        return RunStats(turn=self.turn, rounds=self.rounds, searches=self.searches,
                         tokens=tokens, seconds=seconds,
                         tokens_per_second=tokens / generating if generating > 0 else 0.0,
                         answer=self.answer,
@@ -334,7 +334,7 @@ class Transcript:
 @dataclass(frozen=True)
 class RunStats:
     turn: int
-    max_turns: int
+    rounds: int
     searches: int
     tokens: int
     seconds: float
@@ -343,7 +343,7 @@ class RunStats:
     stop_reason: str | None = None
 
     def line(self) -> str:
-        turn = f"Turn {self.turn} of {self.max_turns}" if self.max_turns else "Turn –"
+        turn = f"Turn {self.turn} of {self.rounds}" if self.rounds else "Turn –"
         searches = f"{self.searches} search" + ("" if self.searches == 1 else "es")
         state = f" · {self.stop_reason}" if self.stop_reason else " · running"
         return (f"{turn} · {searches} · {self.tokens} tokens · "
@@ -395,7 +395,7 @@ def trace_markdown(question: str, model: str, events: Iterable[Event | ModelStat
     for event in events:
         if isinstance(event, TurnStarted):
             closing = " (closing round, no retrieval)" if event.final else ""
-            out += [f"## Turn {event.turn} of {event.max_turns}{closing}", ""]
+            out += [f"## Turn {event.turn} of {event.rounds}{closing}", ""]
         elif isinstance(event, TextDelta):
             out += ["```text", event.text.strip(), "```", ""]
         elif isinstance(event, DocumentsReturned):
