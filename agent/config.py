@@ -1,12 +1,22 @@
-"""Flags shared by every front end (CLI, evaluator, app), with env-var fallbacks."""
+"""Flags and env vars -> a backend, a retriever and `AgentSettings`: the one place it happens.
+
+`python app.py`, `python -m app.infer` and `python -m evaluator` add these flag groups and
+build their objects with these functions, so a flag, its env-var twin and its default mean
+the same in every front end.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 
+from agent.backends.base import Backend
 from agent.loop import AgentSettings
 from agent.models import DEFAULT_MODEL
+
+BACKENDS = ("transformers", "openai")
+DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
 
 
 def env(name: str, default: str | None = None) -> str | None:
@@ -17,13 +27,15 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
     group.add_argument("--model", default=env("LLDS_MODEL", DEFAULT_MODEL),
                        help="hub id or local path (env LLDS_MODEL)")
-    group.add_argument("--backend", choices=("transformers", "openai"),
-                       default=env("LLDS_BACKEND", "transformers"))
-    group.add_argument("--base-url", default=env("LLDS_BASE_URL", "http://127.0.0.1:8001/v1"),
-                       help="OpenAI-compatible server for --backend openai")
+    group.add_argument("--backend", choices=BACKENDS, default=env("LLDS_BACKEND", "transformers"),
+                       help="model backend (env LLDS_BACKEND)")
+    group.add_argument("--base-url", default=env("LLDS_BASE_URL", DEFAULT_BASE_URL),
+                       help="OpenAI-compatible server for --backend openai (env LLDS_BASE_URL)")
     group.add_argument("--tokenizer", default=env("LLDS_TOKENIZER"),
-                       help="tokenizer for --backend openai (default: the model's)")
-    group.add_argument("--device", default=env("LLDS_DEVICE", "auto"))
+                       help="tokenizer for --backend openai (default: the model's; "
+                            "env LLDS_TOKENIZER)")
+    group.add_argument("--device", default=env("LLDS_DEVICE", "auto"),
+                       help="auto, cpu, cuda, mps (env LLDS_DEVICE)")
     group.add_argument("--trust-remote-code", action="store_true",
                        help="allow model repos to run their own code (off unless asked)")
 
@@ -31,16 +43,21 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
 def add_retriever_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("retriever")
     group.add_argument("--retriever-url", default=env("RETRIEVER_URL"),
-                       help="a Search-R1 /retrieve server; default: in-process retriever")
-    group.add_argument("--corpus", default=env("RETRIEVER_CORPUS", "default"))
+                       help="a Search-R1 /retrieve server; default: in-process retriever "
+                            "(env RETRIEVER_URL)")
+    group.add_argument("--corpus", default=env("RETRIEVER_CORPUS", "default"),
+                       help="in-process corpus (env RETRIEVER_CORPUS)")
     group.add_argument("--engine", choices=("bm25", "bm25s", "dense"),
-                       default=env("RETRIEVER_ENGINE", "bm25"))
-    group.add_argument("--index", default=env("RETRIEVER_INDEX"))
+                       default=env("RETRIEVER_ENGINE", "bm25"),
+                       help="in-process engine (env RETRIEVER_ENGINE)")
+    group.add_argument("--index", default=env("RETRIEVER_INDEX"),
+                       help="in-process index (env RETRIEVER_INDEX)")
 
 
 def add_agent_flags(parser: argparse.ArgumentParser, max_new_tokens: int = 500) -> None:
     group = parser.add_argument_group("agent")
-    group.add_argument("--max-turns", type=int, default=4)
+    group.add_argument("--max-turns", type=int, default=4,
+                       help="rounds with retrieval; one closing round without follows")
     group.add_argument("--topk", type=int, default=3)
     group.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     group.add_argument("--max-obs-tokens", type=int, default=500,
@@ -63,16 +80,39 @@ def agent_settings(args: argparse.Namespace) -> AgentSettings:
                          seed=args.seed, stop_on_eos=args.stop_on_eos)
 
 
-def make_backend(args: argparse.Namespace):
-    if args.backend == "openai":
-        from agent.backends.openai_compat import OpenAIBackend
+@dataclass(frozen=True)
+class BackendOptions:
+    """How to load any model: what the model flags say, except which model."""
 
-        return OpenAIBackend(args.model, base_url=args.base_url, tokenizer=args.tokenizer,
-                             concurrency=getattr(args, "concurrency", 16))
-    from agent.backends.hf import TransformersBackend
+    kind: str = "transformers"
+    device: str = "auto"
+    base_url: str = DEFAULT_BASE_URL
+    tokenizer: str | None = None
+    trust_remote_code: bool = False
+    concurrency: int = 16  # requests in flight (openai)
 
-    return TransformersBackend(args.model, device=args.device,
-                               trust_remote_code=args.trust_remote_code)
+    def load(self, model: str) -> Backend:
+        """The backend for `model` (hub id, local path, or a served name); ModelLoadError."""
+        if self.kind == "openai":
+            from agent.backends.openai_compat import OpenAIBackend
+
+            return OpenAIBackend(model, base_url=self.base_url, tokenizer=self.tokenizer,
+                                 concurrency=self.concurrency)
+        if self.kind == "transformers":
+            from agent.backends.hf import TransformersBackend
+
+            return TransformersBackend(model, device=self.device,
+                                       trust_remote_code=self.trust_remote_code)
+        raise ValueError(f"Unknown backend {self.kind!r}: choose one of {', '.join(BACKENDS)}.")
+
+
+def backend_options(args: argparse.Namespace, concurrency: int = 16) -> BackendOptions:
+    return BackendOptions(args.backend, args.device, args.base_url, args.tokenizer,
+                          args.trust_remote_code, concurrency)
+
+
+def make_backend(args: argparse.Namespace, concurrency: int = 16) -> Backend:
+    return backend_options(args, concurrency).load(args.model)
 
 
 def make_retriever(args: argparse.Namespace):

@@ -1,4 +1,9 @@
-"""Tiny Qwen2-architecture models the tests build and save, loaded like any hub model.
+"""What the tests and the benchmarks share: tiny models and loopback servers.
+
+Nothing here runs in the product; it lives in the package so that `benchmarks/` import it
+without importing `tests/` (whose conftest sets env vars as a side effect).
+
+Tiny Qwen2-architecture models, built and saved, loaded like any hub model:
 
 - `random`: random weights (EOS rows zeroed so greedy never ends by chance); attention is
   live, so it checks KV-cache reuse and batching against plain re-encoding.
@@ -11,9 +16,17 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
 
 from agent import protocol
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: servers start from here
 
 TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
         "<information>", "</information>"]
@@ -122,3 +135,50 @@ def build_scripted(directory: Path, tokenizer, paths: dict[str, list[str]] | Non
     tokenizer.save_pretrained(directory)
     (directory / "scripted_paths.json").write_text(json.dumps(paths))
     return directory
+
+
+# Loopback servers ----------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_http(url: str, process: subprocess.Popen | None = None,
+                  timeout: float = 180.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before answering {url}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"nothing answered at {url} within {timeout}s")
+
+
+def start_process(args: list[str], url: str, timeout: float = 180.0,
+                  env: dict | None = None) -> subprocess.Popen:
+    log = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log", delete=False)
+    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=log,
+                               stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    try:
+        wait_for_http(url, process, timeout)
+    except Exception:
+        process.kill()
+        print(Path(log.name).read_text(errors="replace")[-3000:])
+        raise
+    process.log_path = log.name  # type: ignore[attr-defined]
+    return process
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
+# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
+# evaluator.py would hide the packages of those names: the checkout's root takes its place.
+sys.path[0] = str(ROOT)
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "LLDS_CACHE_DIR" not in os.environ:  # a private cache: never a user's prebuilt index
     os.environ["LLDS_CACHE_DIR"] = tempfile.mkdtemp(prefix="llds-bench-cache-")
-# tests.conftest replaces LLDS_CACHE_DIR with this one when imported; keep them the same.
-os.environ["LLDS_TEST_CACHE_DIR"] = os.environ["LLDS_CACHE_DIR"]
 
 import requests  # noqa: E402
 
@@ -95,7 +95,7 @@ def question_for(title: str) -> str:
 
 def start_server(engine: str = ENGINE):
     """`python -m retriever serve` on a free loopback port: (process, /retrieve URL)."""
-    from tests.conftest import free_port, start_process
+    from agent.testing import free_port, start_process
 
     port = free_port()
     process = start_process(["-m", "retriever", "serve", "--engine", engine, "--port", str(port)],
@@ -296,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_threads(args.threads)
 
+    from agent.testing import stop_process
     from retriever.client import LocalRetriever
-    from tests.conftest import stop_process
 
     settings = AgentSettings(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                              max_obs_tokens=4000)  # whole observations: `scripted` needs them

@@ -21,13 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
+# evaluator.py would hide the packages of those names: the checkout's root takes its place.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from curves.analysis import analyse_run  # noqa: E402
 from curves.parse import read_log  # noqa: E402
 from curves.plots import build_panels  # noqa: E402
 from curves.runs import make_run  # noqa: E402
-from tests.curves_fixtures import synthetic_run  # noqa: E402
+from curves.synthetic import synthetic_run  # noqa: E402
 
 TOTAL_LINES = 200_000
 STEP_EVERY = 10  # one step line per 10 lines: 20k step lines

@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
+# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
+# evaluator.py would hide the packages of those names: the checkout's root takes its place.
+sys.path[0] = str(ROOT)
 
 from agent.loop import AgentSettings  # noqa: E402  (light: no torch, no transformers)
 
@@ -42,6 +44,7 @@ from benchmarks.agent import (  # noqa: E402
     set_threads,
     start_server,
 )
+from evaluator.rundir import Record  # noqa: E402
 
 GOAL = 5.0
 
@@ -72,7 +75,7 @@ def run_naive(model_dir: Path, url: str, questions: list[str],
 
 
 def run_cli(model_dir: Path, data_dir: Path, out_dir: Path, args: argparse.Namespace,
-            count: int) -> tuple[float, list[dict]]:
+            count: int) -> tuple[float, list[Record]]:
     """(seconds for the whole command, its records)."""
     command = [sys.executable, "-m", "evaluator", "--datasets", "nq", "--data-dir",
                str(data_dir), "--model", str(model_dir), "--engine", ENGINE,
@@ -86,15 +89,16 @@ def run_cli(model_dir: Path, data_dir: Path, out_dir: Path, args: argparse.Names
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError(f"the evaluator CLI exited with {done.returncode}")
-    lines = (out_dir / "nq.jsonl").read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
+    from evaluator.rundir import read_records
+
+    records = read_records(out_dir / "nq.jsonl")
     if len(records) != count:
         raise RuntimeError(f"the CLI wrote {len(records)} records, expected {count}")
     return seconds, records
 
 
 def run_in_process(model_dir: Path, data_dir: Path, out_path: Path, settings: AgentSettings,
-                   batch_size: int) -> tuple[float, list[dict]]:
+                   batch_size: int) -> tuple[float, list[Record]]:
     """(seconds, records) for evaluator.runner.evaluate, model and index loaded beforehand."""
     from agent.backends.hf import TransformersBackend
     from evaluator.benchmarks import load_benchmark
@@ -112,10 +116,10 @@ def run_in_process(model_dir: Path, data_dir: Path, out_path: Path, settings: Ag
     return time.perf_counter() - start, records
 
 
-def summary(records: list[dict]) -> str:
-    answered = sum(r["answered"] for r in records)
-    em = sum(r["metrics"]["em"] for r in records) / len(records)
-    searches = sum(r["searches"] for r in records)
+def summary(records: list[Record]) -> str:
+    answered = sum(r.answered for r in records)
+    em = sum(r.metrics["em"] for r in records) / len(records)
+    searches = sum(r.searches for r in records)
     return f"answered {answered}/{len(records)}, searches {searches}, EM {em:.3f}"
 
 
@@ -143,9 +147,9 @@ def bench_model(name: str, model_dir: Path, url: str, data_dir: Path, work: Path
           f"   {summary(cli_records)}")
     print(f"{'(b) evaluator.runner.evaluate, in-run':<52} {run_s:>8.1f} {b_run:>8.1f}"
           f"   {summary(run_records)}")
-    same = sum(x["prediction"] == y["prediction"] for x, y in
-               zip(sorted(cli_records, key=lambda r: r["id"]),
-                   sorted(run_records, key=lambda r: r["id"]), strict=True))
+    same = sum(x.prediction == y.prediction for x, y in
+               zip(sorted(cli_records, key=lambda r: r.id),
+                   sorted(run_records, key=lambda r: r.id), strict=True))
     print(f"CLI and in-process predictions agree on {same}/{count}")
     passed = b_run / a >= GOAL
     print(f"b/a in-run: {b_run / a:.2f}x   b/a whole command: {b_whole / a:.2f}x   "
@@ -168,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_threads(args.threads)
 
+    from agent.testing import stop_process
     from retriever.client import LocalRetriever
-    from tests.conftest import stop_process
 
     print(f"cache: {os.environ['LLDS_CACHE_DIR']}  torch threads: {args.threads}  "
           f"cpus: {os.cpu_count()}  load average: {os.getloadavg()[0]:.1f}")

@@ -39,7 +39,9 @@ import httpx
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: `retriever` is not installed
+# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
+# evaluator.py would hide the packages of those names: the checkout's root takes its place.
+sys.path[0] = str(ROOT)
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

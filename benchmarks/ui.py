@@ -1,7 +1,7 @@
 """How much of the model's token rate reaches a Gradio client, and how soon the first token.
 
-The scripted backend (a test double; benchmarks are not product code) streams N tokens at
-a fixed rate through the real app on loopback; a gradio_client reads the Ask endpoint and
+A paced backend (a stand-in written here: the model is not what is measured) streams N
+tokens at a fixed rate through the real app on loopback; a gradio_client reads the Ask endpoint and
 timestamps each streamed update. Goal: client rate >= 95% of the backend's, and the first
 token on the client < 200 ms after the backend emitted it ("first-token ms"; "submit→seen"
 adds the client's connect and queue join).
@@ -19,24 +19,49 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
+# evaluator.py would hide the packages of those names: the checkout's root takes its place.
+sys.path[0] = str(ROOT)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tests.scripted_backend import ScriptedBackend  # noqa: E402
+from agent import protocol  # noqa: E402
+from agent.backends.base import TurnOutput  # noqa: E402
 
 _TOKENS = re.compile(r"(\d+) tokens")
 
 
-class TimedBackend(ScriptedBackend):
-    """The scripted backend, noting when each piece left it."""
+class TimedBackend:
+    """Streams one fixed turn, a whitespace piece every `delay` seconds, noting when each
+    piece left it. Tokens are whitespace pieces."""
+
+    name = "paced"
+
+    def __init__(self, text: str, delay: float):
+        self.text = text
+        self.delay = delay
+        self.sent: list[float] = []
+
+    def build_prompt(self, question: str) -> str:
+        return protocol.build_prompt(question)
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        return text
 
     def stream(self, context, max_new_tokens, sampling, cancel=None):
-        self.sent: list[float] = []
-        for item in super().stream(context, max_new_tokens, sampling, cancel):
-            if isinstance(item, str):
-                self.sent.append(time.perf_counter())
-            yield item
+        self.sent = []
+        pieces = re.findall(r"\S+\s*", self.text)[:max_new_tokens]
+        for n, piece in enumerate(pieces):
+            if cancel is not None and cancel.is_set():
+                yield TurnOutput("".join(pieces[:n]), n, "cancelled")
+                return
+            time.sleep(self.delay)
+            self.sent.append(time.perf_counter())
+            yield piece
+        yield TurnOutput(protocol.cut_turn("".join(pieces)), len(pieces), "stop")
 
 
 def measure(url: str, backend: TimedBackend, model: str) -> dict:
@@ -74,15 +99,15 @@ def main() -> None:
     parser.add_argument("--rates", default="50,200", help="backend tokens/s to try")
     args = parser.parse_args()
 
+    from agent.testing import free_port
     from app.ui import build_app, launch_options
-    from tests.conftest import free_port
 
     backends: dict[str, TimedBackend] = {}
     text = "<think> " + " ".join(f"w{i}" for i in range(args.tokens)) + " </think>" \
            "<answer> done </answer>"
     rates = [float(r) for r in args.rates.split(",")]
     for rate in rates:
-        backends[f"bench/{rate:g}"] = TimedBackend([text], delay=1.0 / rate)
+        backends[f"bench/{rate:g}"] = TimedBackend(text, delay=1.0 / rate)
     demo = build_app(lambda model: backends[model], retriever=None)
     port = free_port()
     demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))

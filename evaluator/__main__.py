@@ -54,7 +54,8 @@ def cmd_run(argv: list[str]) -> int:
     from tqdm import tqdm
 
     from evaluator.report import render_markdown, write_summary
-    from evaluator.runner import RunMismatch, evaluate, finished_ids, prepare_run_dir
+    from evaluator.rundir import RunMismatch, finished_ids, prepare_run_dir, run_settings
+    from evaluator.runner import evaluate
 
     args = _run_parser().parse_args(argv)
     if not args.all and not args.datasets:
@@ -72,13 +73,9 @@ def cmd_run(argv: list[str]) -> int:
         for note in notes:
             print(f"warning: {note}", file=sys.stderr)
     run_dir = Path(args.output) if args.output else default_output(args.model)
-    stored = {"model": args.model, "backend": args.backend, "retriever": retriever_label(args),
-              "max_turns": settings.max_turns, "topk": settings.topk,
-              "max_new_tokens": settings.max_new_tokens,
-              "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
-              "temperature": settings.temperature, "top_p": settings.top_p,
-              "seed": args.seed or 0, "limit": args.limit, "sample": args.sample,
-              "stop_on_eos": settings.stop_on_eos, "datasets": names}
+    stored = run_settings(args.model, args.backend, retriever_label(args), settings,
+                          seed=args.seed or 0, limit=args.limit, sample=args.sample,
+                          datasets=names)
     try:
         prepare_run_dir(run_dir, stored, overwrite=args.overwrite)
     except RunMismatch as err:
@@ -87,7 +84,7 @@ def cmd_run(argv: list[str]) -> int:
     from agent.backends.base import ModelLoadError
 
     try:
-        backend = make_backend(args)
+        backend = make_backend(args, concurrency=args.concurrency)
     except ModelLoadError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -99,7 +96,7 @@ def cmd_run(argv: list[str]) -> int:
         bar = tqdm(total=len(questions), desc=name, unit="q", dynamic_ncols=True)
         bar.update(len(finished_ids(path) & {q.id for q in questions}))
         for record in evaluate(questions, backend, retriever, settings, path, batch):
-            scores.append(record["metrics"]["em"])
+            scores.append(record.metrics["em"])
             bar.update(1)
             bar.set_postfix(em=f"{sum(scores) / len(scores):.3f}")
         bar.close()
@@ -109,7 +106,8 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from evaluator.report import compare_runs, render_markdown, write_summary
+    from evaluator.compare import compare_runs
+    from evaluator.report import render_markdown, write_summary
 
     parser = argparse.ArgumentParser(prog="python -m evaluator report")
     parser.add_argument("runs", nargs="+")
@@ -132,12 +130,12 @@ def cmd_show(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m evaluator show")
     parser.add_argument("run")
     parser.add_argument("--dataset", required=True)
-    parser.add_argument("--failures", action="store_true", default=True,
-                        help="list the questions the run got wrong (the default)")
+    parser.add_argument("--failures", action="store_true",
+                        help="only the questions the run got wrong (default: every question)")
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        items = failures(args.run, args.dataset)
+        items = failures(args.run, args.dataset, wrong_only=args.failures)
     except (KeyError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """Answer scoring and aggregation, exactly as Search-R1's qa_em (and SQuAD) define them.
 
-Pure functions over plain data: no I/O, no model. A result record is the dict the runner
-writes per question (see report.py); aggregation turns lists of them into plain dicts.
+Pure functions: no I/O, no model. A result record is `evaluator.rundir.Record` (its
+metrics computed once, when it is made); aggregation turns lists of them into plain dicts.
 """
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import re
 import string
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.protocol import extract_answer
 from evaluator.benchmarks import IN_DOMAIN, OUT_OF_DOMAIN
+
+if TYPE_CHECKING:
+    from evaluator.rundir import Record
 
 METRIC_KEYS = ("em", "sub_em", "f1", "retrieval_recall")
 # Per-question counters averaged per dataset, keyed by their record field.
@@ -104,45 +106,21 @@ def score_prediction(
     }
 
 
-def score_question(
-    response: str, golden_answers: Any, retrieved_docs: list[str]
-) -> dict[str, float]:
-    """Score a model response: the prediction is its last `<answer>` (see extract_answer)."""
-    return score_prediction(extract_answer(response), golden_answers, retrieved_docs)
-
-
-def record_metrics(record: Mapping[str, Any]) -> dict[str, float]:
-    """A record's metrics; rescored from its prediction when the record lacks them."""
-    metrics = record.get("metrics")
-    if metrics and all(key in metrics for key in METRIC_KEYS):
-        return {key: metrics[key] for key in METRIC_KEYS}
-    return score_prediction(
-        record.get("prediction"), record.get("golden_answers"), record.get("retrieved") or ()
-    )
-
-
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def aggregate(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def aggregate(records: Sequence[Record]) -> dict[str, Any]:
     """Per-dataset means of the metrics and costs, the answered rate and failure counts."""
-    scored = [record_metrics(r) for r in records]
     out: dict[str, Any] = {"n": len(records)}
     for key in METRIC_KEYS:
-        out[key] = _mean([float(s[key]) for s in scored])
-    out["answered"] = _mean([float(bool(_answered(r))) for r in records])
+        out[key] = _mean([float(r.metrics[key]) for r in records])
+    out["answered"] = _mean([float(r.answered) for r in records])
     for key in COST_KEYS:
-        out[key] = _mean([float(r.get(key) or 0) for r in records])
-    failures = Counter(r["failure"] for r in records if r.get("failure"))
+        out[key] = _mean([float(getattr(r, key) or 0) for r in records])
+    failures = Counter(r.failure for r in records if r.failure)
     out["failures"] = dict(sorted(failures.items()))
     return out
-
-
-def _answered(record: Mapping[str, Any]) -> bool:
-    if "answered" in record:
-        return bool(record["answered"])
-    return record.get("prediction") is not None
 
 
 AVERAGE_KEYS = (*METRIC_KEYS, "answered", *COST_KEYS)
@@ -158,7 +136,7 @@ def average(per_dataset: Mapping[str, Mapping[str, Any]], names: Iterable[str]) 
     return out
 
 
-def summarize(records_by_dataset: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, Any]:
+def summarize(records_by_dataset: Mapping[str, Sequence[Record]]) -> dict[str, Any]:
     """Per-dataset aggregates plus macro, in-domain and out-of-domain averages."""
     per_dataset = {name: aggregate(recs) for name, recs in records_by_dataset.items()}
     return {

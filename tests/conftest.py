@@ -1,13 +1,10 @@
-"""Shared test set-up: offline, a private cache, and helpers for loopback servers."""
+"""Shared test set-up: offline, a private cache, session fixtures (corpus, engines, a
+retriever server, tiny models). Loopback-server helpers live in `agent.testing`."""
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -24,51 +21,7 @@ os.environ["LLDS_CACHE_DIR"] = os.environ.get("LLDS_TEST_CACHE_DIR") or tempfile
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_http(url: str, process: subprocess.Popen | None = None,
-                  timeout: float = 180.0) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode} before answering {url}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise TimeoutError(f"nothing answered at {url} within {timeout}s")
-
-
-def start_process(args: list[str], url: str, timeout: float = 180.0,
-                  env: dict | None = None) -> subprocess.Popen:
-    log = tempfile.NamedTemporaryFile(prefix="server-", suffix=".log", delete=False)
-    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=log,
-                               stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    try:
-        wait_for_http(url, process, timeout)
-    except Exception:
-        process.kill()
-        print(Path(log.name).read_text(errors="replace")[-3000:])
-        raise
-    process.log_path = log.name  # type: ignore[attr-defined]
-    return process
-
-
-def stop_process(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
+from agent.testing import free_port, start_process, stop_process  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.conftest import free_port, start_process, stop_process
+from agent.testing import free_port, start_process, stop_process
 
 
 def test_app_starts_and_reports_an_unloadable_model_in_the_page():

@@ -8,7 +8,7 @@ from agent.backends.base import Sampling
 from agent.backends.hf import TransformersBackend
 from agent.backends.openai_compat import UNREPORTED, OpenAIBackend, restore_stop
 from agent.loop import AgentSettings, run_agent, run_agent_batch
-from tests.conftest import free_port
+from agent.testing import free_port
 from tests.openai_server import serve_in_thread
 
 

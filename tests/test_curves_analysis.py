@@ -1,4 +1,4 @@
-"""The phase rule on SYNTHETIC curves with known phases (tests/curves_fixtures.py)."""
+"""The phase rule on SYNTHETIC curves with known phases (curves/synthetic.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from curves.analysis import (
 )
 from curves.plots import ema
 from curves.runs import make_run
-from tests.curves_fixtures import SyntheticPhases, synthetic_run
+from curves.synthetic import SyntheticPhases, synthetic_run
 
 LIK = "actor/pos_avg_old_log_prob"
 

@@ -1,4 +1,4 @@
-"""Parsers on SYNTHETIC logs (tests/curves_fixtures.py) in every format and quirk we read."""
+"""Parsers on SYNTHETIC logs (curves/synthetic.py) in every format and quirk we read."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from curves.parse import LogFormatError, detect_format, read_log
 from curves.runs import guess_method, resolve_metrics, validation_dataset
-from tests.curves_fixtures import (
+from curves.synthetic import (
     console_line,
     synthetic_run,
     write_console,

@@ -13,7 +13,7 @@ from plotly.offline import get_plotlyjs
 
 from curves import analyze_uploads
 from curves.report import render_report
-from tests.curves_fixtures import (
+from curves.synthetic import (
     synthetic_run,
     write_console,
     write_parquet,

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from agent.loop import AgentSettings
+from agent.testing import ROOT
 from evaluator.benchmarks import Question
-from evaluator.report import load_run, write_summary
-from evaluator.runner import RunMismatch, evaluate, prepare_run_dir
-from tests.conftest import ROOT
+from evaluator.report import write_summary
+from evaluator.rundir import RunMismatch, load_run, prepare_run_dir
+from evaluator.runner import evaluate
 from tests.scripted_backend import ScriptedBackend
 
 FACTS = {  # question -> (golden answers, what the scripted model answers)
@@ -57,17 +58,17 @@ def test_scores_and_records(tmp_path, local_retriever):
     records = list(evaluate(questions(), scripted(), local_retriever, AgentSettings(),
                             run / "nq.jsonl", batch_size=3))
     assert len(records) == 4
-    by_question = {r["question"]: r for r in records}
-    assert by_question["Who directed 2001: A Space Odyssey?"]["metrics"]["em"] == 1
-    paris = by_question["What is the capital of France?"]["metrics"]
+    by_question = {r.question: r for r in records}
+    assert by_question["Who directed 2001: A Space Odyssey?"].metrics["em"] == 1
+    paris = by_question["What is the capital of France?"].metrics
     assert paris["em"] == 0 and paris["sub_em"] == 1 and 0 < paris["f1"] < 1
-    assert by_question["What is the largest planet?"]["metrics"]["em"] == 0
+    assert by_question["What is the largest planet?"].metrics["em"] == 0
     kubrick = by_question["Who directed 2001: A Space Odyssey?"]
-    assert kubrick["metrics"]["retrieval_recall"] == 1 and kubrick["searches"] == 1
-    assert kubrick["trajectory"].endswith("<answer> Stanley Kubrick </answer>")
-    assert "<information>Doc 1(Title: " in kubrick["response"]
+    assert kubrick.metrics["retrieval_recall"] == 1 and kubrick.searches == 1
+    assert kubrick.trajectory.endswith("<answer> Stanley Kubrick </answer>")
+    assert "<information>Doc 1(Title: " in kubrick.response
     stored = [json.loads(x) for x in (run / "nq.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in stored] == [r["id"] for r in records]
+    assert stored == [r.to_dict() for r in records]
     summary = write_summary(run)
     assert summary is not None
     assert (run / "summary.md").read_text().count("nq") >= 1
@@ -96,7 +97,7 @@ def test_a_truncated_last_line_is_repaired_on_resume(tmp_path, local_retriever):
     with path.open("a") as f:
         f.write('{"id": "nq-0-2", "trunc')  # a kill mid-write
     rest = list(evaluate(questions(), scripted(), local_retriever, AgentSettings(), path))
-    assert [r["id"] for r in rest] == ["nq-0-2", "nq-0-3"] and len(first) == 2
+    assert [r.id for r in rest] == ["nq-0-2", "nq-0-3"] and len(first) == 2
     ids = [json.loads(x)["id"] for x in path.read_text().splitlines()]
     assert ids == ["nq-0-0", "nq-0-1", "nq-0-2", "nq-0-3"]
 
@@ -132,7 +133,7 @@ def test_cli_with_the_tiny_real_model_resumes_after_a_kill(tmp_path, tiny_models
     assert "| nq" in done.stdout and (out / "summary.md").is_file()
     run = load_run(out)
     # The tiny model searches first; its 500-token-capped observations then vary.
-    assert all(r["searches"] >= 1 and r["turns"] >= 2 for r in run.records["nq"])
+    assert all(r.searches >= 1 and r.turns >= 2 for r in run.records["nq"])
     # Same output, other settings: refused, with the way out.
     refused = _cli(*args, "--max-turns", "2")
     assert refused.returncode == 2 and "--overwrite" in refused.stderr
@@ -164,7 +165,7 @@ def test_errored_questions_run_again_on_resume(tmp_path, local_retriever):
     prepare_run_dir(run, {"model": "scripted", "datasets": ["nq"]})
     path = run / "nq.jsonl"
     failed = list(evaluate(questions(), scripted(), Down(), AgentSettings(), path))
-    assert [r["stop_reason"] for r in failed] == ["error"] * 4
+    assert [r.stop_reason for r in failed] == ["error"] * 4
     again = list(evaluate(questions(), scripted(), local_retriever, AgentSettings(), path))
-    assert len(again) == 4 and all(r["stop_reason"] == "answer" for r in again)
+    assert len(again) == 4 and all(r.stop_reason == "answer" for r in again)
     assert len(load_run(run).records["nq"]) == 4  # the last record of each id counts

@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 from agent.events import DocumentsReturned, Finished, SearchCalled, TextDelta, TurnStarted
+from agent.testing import ROOT
 from app.infer import Style, render_terminal
 from retriever.doc import Doc
-from tests.conftest import ROOT
 
 
 def _infer(*args: str) -> subprocess.CompletedProcess:

@@ -5,20 +5,27 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from agent.events import Finished
 from agent.protocol import extract_answer
+from evaluator.benchmarks import Question
 from evaluator.metrics import (
     aggregate,
     exact_match,
     golden_list,
     normalize_answer,
-    record_metrics,
     retrieval_recall,
-    score_prediction,
-    score_question,
     sub_exact_match,
     summarize,
     token_f1,
 )
+from evaluator.rundir import Record, make_record
+
+
+def score_question(response: str, golden, docs: list[str]) -> dict[str, float]:
+    """The metrics of the record made for a run that wrote `response` after a prompt."""
+    finished = Finished("answer", 1, 0, 0, 0.0, "PROMPT" + response, "PROMPT",
+                        retrieved=list(docs))
+    return make_record(Question("q", "nq", "q?", golden_list(golden)), finished).metrics
 
 
 @pytest.mark.parametrize(
@@ -121,21 +128,17 @@ def test_no_answer_scores_zero_everywhere_but_recall() -> None:
     assert score_question("", ["Paris"], ["Paris!"])["retrieval_recall"] == 1
 
 
-def _record(em: int, **extra: object) -> dict:
-    record = {
-        "id": "q", "golden_answers": ["x"], "prediction": "x" if em else None,
+def _record(em: int, **extra: object) -> Record:
+    fields = {
+        "id": "q", "dataset": "nq", "question": "q?", "golden_answers": ["x"],
+        "prediction": "x" if em else None,
         "metrics": {"em": em, "sub_em": em, "f1": float(em), "retrieval_recall": 1},
         "answered": bool(em), "failure": None if em else "no_answer",
         "searches": 2, "turns": 3, "invalid_actions": 0, "new_tokens": 100, "seconds": 1.5,
+        "stop_reason": "answer" if em else "eos",
     }
-    record.update(extra)
-    return record
-
-
-def test_record_metrics_rescores_when_missing() -> None:
-    record = {"prediction": "The Paris", "golden_answers": ["paris"], "retrieved": []}
-    assert record_metrics(record) == score_prediction("The Paris", ["paris"], [])
-    assert record_metrics(_record(1))["em"] == 1
+    fields.update(extra)
+    return Record(**fields)
 
 
 def test_aggregate() -> None:

@@ -9,20 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from evaluator.metrics import score_question
+from evaluator.__main__ import main
+from evaluator.compare import compare_runs
+from evaluator.metrics import score_prediction
+from evaluator.paper import load_paper_results, paper_row
 from evaluator.report import (
-    compare_runs,
     failures,
-    load_paper_results,
-    load_run,
-    main,
-    paper_row,
     protocol_line,
-    read_jsonl,
     render_failures,
     summarize_run,
     write_summary,
 )
+from evaluator.rundir import load_run, read_jsonl
 
 FLAGSHIP = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
 
@@ -45,7 +43,7 @@ def _record(dataset: str, index: int, golden: list[str], response: str,
         "id": f"{dataset}_{index}", "dataset": dataset, "question": f"question {index}?",
         "golden_answers": golden, "prediction": prediction, "response": response,
         "trajectory": "prompt" + response, "retrieved": retrieved,
-        "metrics": score_question(response, golden, retrieved),
+        "metrics": score_prediction(prediction, golden, retrieved),
         "answered": prediction is not None,
         "failure": failure if failure or prediction is not None else "no_answer",
         "searches": 1, "turns": 2, "invalid_actions": 0, "new_tokens": 50, "seconds": 0.5,
@@ -112,7 +110,7 @@ def test_load_run_resumed_duplicates_last_wins(tmp_path: Path) -> None:
     again = _record("nq", 0, ["Paris"], "<answer>Paris</answer>")
     run_dir = _write_run(tmp_path / "r", _settings(), {"nq": [first, again]})
     records = load_run(run_dir).records["nq"]
-    assert len(records) == 1 and records[0]["prediction"] == "Paris"
+    assert len(records) == 1 and records[0].prediction == "Paris"
 
 
 def test_paper_results_asset() -> None:
@@ -248,8 +246,28 @@ def test_render_failures(run_a: Path) -> None:
     assert render_failures([]) == "No failures.\n"
 
 
-def test_main(run_a: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(run_a)]) == 0
+def test_report_command(run_a: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(run_a)]) == 0
     assert "| nq |" in capsys.readouterr().out
     assert (run_a / "summary.md").is_file()
-    assert main([]) == 2
+    with pytest.raises(SystemExit):
+        main(["report"])
+
+
+def test_show_lists_every_question_or_only_failures(run_a: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(run_a), "--dataset", "bamboogle", "--failures"]) == 0
+    wrong = capsys.readouterr().out
+    assert "[bamboogle_1]" in wrong and "[bamboogle_0]" not in wrong
+    assert main(["show", str(run_a), "--dataset", "bamboogle"]) == 0
+    every = capsys.readouterr().out
+    assert "[bamboogle_0]" in every and "reason: right answer" in every
+    assert "[bamboogle_1]" in every
+
+
+def test_a_line_that_is_not_a_record_says_which(tmp_path: Path) -> None:
+    record = _record("nq", 0, ["Paris"], "<answer>Paris</answer>")
+    del record["metrics"]
+    run_dir = _write_run(tmp_path / "r", _settings(), {"nq": [record]})
+    with pytest.raises(ValueError, match=r"nq.jsonl:1: .*no metrics"):
+        load_run(run_dir)

@@ -264,7 +264,7 @@ def test_http_and_local_retrievers_give_the_same_docs(retriever_server, lucene_e
 
 
 def test_http_retriever_names_the_url_when_down():
-    from tests.conftest import free_port
+    from agent.testing import free_port
 
     url = f"http://127.0.0.1:{free_port()}/retrieve"
     with pytest.raises(RetrieverError, match=url.replace(".", r"\.")):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent.backends.base import ModelLoadError
+from agent.testing import ROOT, free_port
 from retriever.doc import Doc
-from tests.conftest import ROOT, free_port
 from tests.scripted_backend import ScriptedBackend
 
 CHROMIUM = "/usr/bin/chromium"
@@ -210,7 +210,7 @@ def test_two_tabs_at_once(browser, app_url):
 def test_training_curves_tab_plots_and_survives_a_bad_file(page, tmp_path):
     from playwright.sync_api import expect
 
-    from tests.curves_fixtures import synthetic_run, write_console
+    from curves.synthetic import synthetic_run, write_console
 
     log = write_console(tmp_path / "synthetic_grpo_lambda0.0.log",
                         [("synthetic-grpo", synthetic_run("grpo", steps=200))])

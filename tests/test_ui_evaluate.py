@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from app.ui.evaluate_tab import evaluate_sample
-from app.ui.session import ModelPool
+from app.ui.model_pool import ModelPool
 from tests.scripted_backend import ScriptedBackend
 from tests.test_evaluator import FACTS, scripted, write_fixture
 

@@ -20,16 +20,12 @@ from agent.events import (
     TurnStarted,
 )
 from agent.loop import AgentSettings
-from app.ui import render
-from app.ui.render import ModelStatus, Segment, Transcript, split_turn
-from app.ui.session import (
-    ModelPool,
-    RunRegistry,
-    pump,
-    run_model,
-    settings_from_controls,
-    validate_question,
-)
+from app.ui import exports
+from app.ui import transcript as fold
+from app.ui.ask_tab import settings_from_controls, validate_question
+from app.ui.model_pool import ModelPool, ModelStatus, run_model
+from app.ui.run_registry import RunRegistry, pump
+from app.ui.transcript import Transcript, TurnPart, split_turn
 from retriever.doc import Doc
 from tests.scripted_backend import ScriptedBackend
 
@@ -58,17 +54,17 @@ def titles(messages) -> list[str]:
 def test_split_turn_kinds_and_order():
     segments = split_turn("Hmm <think> a </think> b <search> q </search>")
     assert [s.kind for s in segments] == ["text", "think", "text", "search"]
-    assert segments[3] == Segment("search", " q ")
+    assert segments[3] == TurnPart("search", " q ")
 
 
 def test_split_turn_streaming_holds_back_half_tags_and_leaves_open_segments():
-    assert split_turn("<think> a </thi", streaming=True) == [Segment("think", " a ", False)]
-    assert split_turn("<think> a </think> <sea", streaming=True) == [Segment("think", " a ")]
-    assert split_turn("a < b", streaming=True) == [Segment("text", "a < b")]
+    assert split_turn("<think> a </thi", streaming=True) == [TurnPart("think", " a ", False)]
+    assert split_turn("<think> a </think> <sea", streaming=True) == [TurnPart("think", " a ")]
+    assert split_turn("a < b", streaming=True) == [TurnPart("text", "a < b")]
 
 
 def test_split_turn_keeps_stray_closing_tags_as_text():
-    assert split_turn("</answer> hi") == [Segment("text", "</answer> hi")]
+    assert split_turn("</answer> hi") == [TurnPart("text", "</answer> hi")]
 
 
 # Every event kind -----------------------------------------------------------------------
@@ -83,7 +79,7 @@ def test_text_delta_streams_into_an_open_thought():
     t.apply(TurnStarted(1, 5, False))
     t.apply(TextDelta("<think> partial"))
     assert t.messages == [{"role": "assistant", "content": "partial",
-                           "metadata": {"title": render.THOUGHT_TITLE, "status": "pending"}}]
+                           "metadata": {"title": fold.THOUGHT_TITLE, "status": "pending"}}]
     t.apply(TextDelta(" thought </think>"))
     assert t.messages[0]["metadata"]["status"] == "done"
     assert t.messages[0]["content"] == "partial thought"
@@ -105,14 +101,14 @@ def test_search_panel_is_pending_then_done_with_duration_and_documents():
 
 
 def test_document_html_is_escaped_so_it_shows_as_text():
-    content = render.documents_markdown(DOCS)
+    content = fold.documents_markdown(DOCS)
     assert "<script>" not in content and "<b>" not in content
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in content
     assert "&amp; more" in content
 
 
 def test_model_text_tags_never_reach_the_chat_raw():
-    messages = render.render([TurnStarted(1, 5, False),
+    messages = fold.render([TurnStarted(1, 5, False),
                               TextDelta("I <information> fake </information> <img src=x>"),
                               InvalidAction("..."), finished("max_turns", None)])
     assert all("<information>" not in m["content"] and "<img" not in m["content"]
@@ -120,32 +116,32 @@ def test_model_text_tags_never_reach_the_chat_raw():
 
 
 def test_invalid_action_is_marked():
-    messages = render.render([TurnStarted(1, 5, False), TextDelta("no tags here"),
+    messages = fold.render([TurnStarted(1, 5, False), TextDelta("no tags here"),
                               InvalidAction("no tags here")])
     assert messages[0]["content"] == "no tags here"
     assert messages[1]["metadata"]["title"] == "⚠️ Invalid action"
 
 
 def test_answer_is_its_own_message():
-    messages = render.render(run_events())
+    messages = fold.render(run_events())
     assert messages[-1] == {"role": "assistant",
-                            "content": render.ANSWER_PREFIX + "Stanley Kubrick"}
-    assert titles(messages) == [render.THOUGHT_TITLE, "🔍 Search: 2001 director",
-                                render.THOUGHT_TITLE, ""]
+                            "content": fold.ANSWER_PREFIX + "Stanley Kubrick"}
+    assert titles(messages) == [fold.THOUGHT_TITLE, "🔍 Search: 2001 director",
+                                fold.THOUGHT_TITLE, ""]
 
 
 @pytest.mark.parametrize("reason,expected", [("cancelled", "Stopped"), ("max_turns", "turn limit"),
                                              ("context_full", "context is full"),
                                              ("eos", "without an answer")])
 def test_finished_without_answer_says_why(reason, expected):
-    messages = render.render([TurnStarted(1, 5, False), TextDelta("<think> hm"),
+    messages = fold.render([TurnStarted(1, 5, False), TextDelta("<think> hm"),
                               finished(reason, None)])
     assert expected in messages[-1]["content"]
     assert messages[0]["metadata"]["status"] == "done"  # no spinner left behind
 
 
 def test_finished_with_error_shows_the_error_and_closes_the_search():
-    messages = render.render([TurnStarted(1, 5, False), TextDelta("<search> q </search>"),
+    messages = fold.render([TurnStarted(1, 5, False), TextDelta("<search> q </search>"),
                               SearchCalled("q", 1),
                               finished("error", None, error="RetrieverError: down <x>")])
     assert messages[0]["metadata"]["status"] == "done"
@@ -154,7 +150,7 @@ def test_finished_with_error_shows_the_error_and_closes_the_search():
 
 
 def test_closing_round_search_is_marked_not_run():
-    messages = render.render([TurnStarted(5, 5, True), TextDelta("<search> q </search>"),
+    messages = fold.render([TurnStarted(5, 5, True), TextDelta("<search> q </search>"),
                               finished("max_turns", None)])
     assert "closing round" in messages[0]["content"]
 
@@ -186,7 +182,7 @@ def test_stats_count_turns_searches_tokens_and_rate():
 
 # Exports ------------------------------------------------------------------------------
 def test_trace_jsonl_merges_deltas_and_round_trips():
-    text = render.trace_jsonl(run_events(), header={"question": "q", "model": "m"})
+    text = exports.trace_jsonl(run_events(), header={"question": "q", "model": "m"})
     rows = [json.loads(line) for line in text.splitlines()]
     assert rows[0] == {"event": "Run", "question": "q", "model": "m"}
     kinds = [r["event"] for r in rows[1:]]
@@ -197,7 +193,7 @@ def test_trace_jsonl_merges_deltas_and_round_trips():
 
 
 def test_trace_markdown_has_the_steps_and_the_raw_text():
-    text = render.trace_markdown("Who directed 2001?", "org/m", run_events(), {"topk": 3})
+    text = exports.trace_markdown("Who directed 2001?", "org/m", run_events(), {"topk": 3})
     assert text.startswith("# Who directed 2001?")
     assert "**Search:** 2001 director" in text and "**Answer:** Stanley Kubrick" in text
     assert "PROMPT<think>x</think>" in text
@@ -334,9 +330,9 @@ def tiny_scripted_model(tmp_path_factory):
 
 @pytest.mark.slow
 def test_real_model_ask_flow_through_session_and_render(tiny_scripted_model, bm25s_retriever):
-    from app.ui.session import make_backend_factory
+    from agent.config import BackendOptions
 
-    pool = ModelPool(make_backend_factory("transformers", device="cpu"))
+    pool = ModelPool(BackendOptions("transformers", device="cpu").load)
     settings = AgentSettings(max_new_tokens=30, max_obs_tokens=3000)
     transcript = Transcript()
     for batch in pump({"ask": run_model(pool, str(tiny_scripted_model),
@@ -348,6 +344,6 @@ def test_real_model_ask_flow_through_session_and_render(tiny_scripted_model, bm2
     search = next(m for m in transcript.messages
                   if titles([m])[0].startswith("🔍 Search:"))
     assert search["metadata"]["status"] == "done" and "score" in search["content"]
-    assert transcript.messages[-1]["content"].startswith(render.ANSWER_PREFIX)
+    assert transcript.messages[-1]["content"].startswith(fold.ANSWER_PREFIX)
     assert transcript.stats(pool.get(str(tiny_scripted_model)).count_tokens).tokens > 0
     assert "<information>" in transcript.finished.trajectory

@@ -1,74 +1,31 @@
-"""What the UI needs besides widgets: a pool of lazily loaded models, run cancellation,
-and a pump that moves an agent's events from a worker thread to a Gradio generator.
+"""The model pool: backends loaded on first use, one run per model at a time, and the
+model-status events a run shows while it waits for its model.
 
 No gradio import here: the browser-free tests drive these functions directly.
 """
 
 from __future__ import annotations
 
-import contextvars
 import os
-import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
-from app.ui.render import ModelStatus
 
-MAX_QUESTION_CHARS = 2000
 BackendFactory = Callable[[str], Backend]
-BACKENDS = ("transformers", "openai")
 
 
-# Settings and input checks --------------------------------------------------------------
-def validate_question(question: str | None) -> str | None:
-    """Why the question can't be asked (a message for the user), or None when it can."""
-    text = (question or "").strip()
-    if not text:
-        return "Please type a question first."
-    if len(text) > MAX_QUESTION_CHARS:
-        return (f"That question is {len(text):,} characters long; the limit is "
-                f"{MAX_QUESTION_CHARS:,}. Please shorten it.")
-    return None
+@dataclass(frozen=True)
+class ModelStatus:
+    """A UI-side event: where loading (or waiting for) a model stands."""
 
-
-def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_turns: int,
-                           topk: int, max_new_tokens: int) -> AgentSettings:
-    """The Ask tab's controls as agent settings (sliders hand over floats)."""
-    return AgentSettings(max_turns=int(max_turns), topk=int(topk),
-                         max_new_tokens=int(max_new_tokens), greedy=bool(greedy),
-                         temperature=max(float(temperature), 1e-3), top_p=float(top_p))
-
-
-def settings_summary(settings: AgentSettings) -> dict:
-    sampling = ("greedy" if settings.greedy
-                else f"temperature {settings.temperature:g}, top-p {settings.top_p:g}")
-    return {"decoding": sampling, "max_turns": settings.max_turns, "topk": settings.topk,
-            "max_new_tokens": settings.max_new_tokens}
-
-
-# Backends and retrievers ----------------------------------------------------------------
-def make_backend_factory(kind: str = "transformers", device: str = "auto",
-                         base_url: str | None = None) -> BackendFactory:
-    """A function model-id -> loaded backend, for `--backend`."""
-    if kind == "transformers":
-        def load(model: str) -> Backend:
-            from agent.backends.hf import TransformersBackend
-
-            return TransformersBackend(model, device=device)
-
-        return load
-    if kind == "openai":
-        def connect(model: str) -> Backend:
-            from agent.backends.openai_compat import OpenAIBackend
-
-            return OpenAIBackend(model, base_url=base_url or "http://127.0.0.1:8001/v1")
-
-        return connect
-    raise ValueError(f"Unknown backend {kind!r}: choose one of {', '.join(BACKENDS)}.")
+    model: str
+    state: str  # loading, ready, waiting, failed
+    detail: str = ""
+    seconds: float = 0.0
 
 
 def warm_up(retriever) -> threading.Thread:
@@ -94,7 +51,6 @@ def on_gpu(fn: Callable) -> Callable:
     return spaces.GPU(duration=int(os.environ.get("LLDS_GPU_SECONDS", "120")))(fn)
 
 
-# The model pool -------------------------------------------------------------------------
 @dataclass
 class _Slot:
     load_lock: threading.Lock
@@ -235,99 +191,3 @@ def agent_stream(question: str, backend: Backend, retriever, settings: AgentSett
                  cancel: threading.Event) -> Iterator:
     """The agent loop; on ZeroGPU this is the part that holds the GPU."""
     yield from run_agent(question, backend, retriever, settings, cancel)
-
-
-# Runs and their Stop buttons ------------------------------------------------------------
-class RunRegistry:
-    """The cancel event of each browser session's current run, by (session, slot)."""
-
-    def __init__(self):
-        self._runs: dict[tuple[str, str], tuple[threading.Event, threading.Event]] = {}
-        self._lock = threading.Lock()
-
-    def start(self, session: str, slot: str) -> tuple[threading.Event, threading.Event]:
-        """(cancel, done) for a new run; a run still going in the same slot is cancelled."""
-        with self._lock:
-            old = self._runs.get((session, slot))
-            if old is not None:
-                old[0].set()
-            events = (threading.Event(), threading.Event())
-            self._runs[(session, slot)] = events
-            return events
-
-    def finish(self, session: str, slot: str, events: tuple) -> None:
-        events[1].set()
-        with self._lock:
-            if self._runs.get((session, slot)) == events:
-                del self._runs[(session, slot)]
-
-    def stop(self, session: str, slots: tuple[str, ...], wait: float = 0.0) -> int:
-        """Cancel the session's runs in `slots`; wait up to `wait` s for them to end."""
-        with self._lock:
-            found = [self._runs[(session, s)] for s in slots if (session, s) in self._runs]
-        for cancel, _ in found:
-            cancel.set()
-        deadline = time.monotonic() + wait
-        for _, done in found:
-            done.wait(max(0.0, deadline - time.monotonic()))
-        return len(found)
-
-
-_END = object()
-
-
-def pump(streams: Mapping[str, Iterator], cancel: threading.Event | None = None,
-         min_interval: float = 0.02) -> Iterator[list[tuple[str, object]]]:
-    """Run each stream in a worker thread; yield batches of (name, item) as they come.
-
-    A batch holds everything that arrived since the last one, so a UI slower than the model
-    falls behind by at most one render, never by a growing backlog. When the consumer stops
-    early (a closed generator, Gradio's cancel), `cancel` is set so the workers end too.
-    """
-    inbox: queue.Queue = queue.Queue()
-
-    def work(name: str, stream: Iterator) -> None:
-        try:
-            for item in stream:
-                inbox.put((name, item))
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer
-            inbox.put((name, err))
-        finally:
-            inbox.put((name, _END))
-
-    threads = []
-    for name, stream in streams.items():
-        context = contextvars.copy_context()  # request context, for spaces.GPU
-        thread = threading.Thread(target=context.run, args=(work, name, stream), daemon=True,
-                                  name=f"agent-{name}")
-        thread.start()
-        threads.append(thread)
-    open_streams = len(threads)
-    last = 0.0
-    try:
-        while open_streams:
-            batch = [inbox.get()]
-            wait = min_interval - (time.perf_counter() - last)
-            if wait > 0:
-                time.sleep(wait)
-            while True:
-                try:
-                    batch.append(inbox.get_nowait())
-                except queue.Empty:
-                    break
-            items, error = [], None
-            for name, item in batch:
-                if item is _END:
-                    open_streams -= 1
-                elif isinstance(item, BaseException):
-                    error = error or item
-                else:
-                    items.append((name, item))
-            if items:
-                last = time.perf_counter()
-                yield items
-            if error is not None:
-                raise error
-    finally:
-        if open_streams and cancel is not None:
-            cancel.set()

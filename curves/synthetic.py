@@ -1,4 +1,4 @@
-"""SYNTHETIC training logs for the curves tests and benchmark.
+"""SYNTHETIC training logs for the curves tests and benchmark (shared by both, so here).
 
 Nothing here is real training data: the curves are made up to have known phases (where the
 likelihood starts to decay, where it accelerates, where the reward collapses) so the parsers
@@ -102,7 +102,7 @@ def write_console(path: Path, runs: list[tuple[str, pd.DataFrame]], style: str =
     with open(path, "w", encoding="utf-8") as handle:
         for name, table in runs:
             if noise_lines:
-                handle.write("# SYNTHETIC log written by tests/curves_fixtures.py\n")
+                handle.write("# SYNTHETIC log written by curves/synthetic.py\n")
                 handle.write(f"(TaskRunner pid=4242) {{'trainer': {{'experiment_name': "
                              f"'{name}', 'total_epochs': 1}}}}\n")
                 handle.write("WARNING: something unrelated happened\n")

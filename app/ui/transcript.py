@@ -1,4 +1,5 @@
-"""Agent events -> chat messages, as plain dicts (what `gr.Chatbot` accepts). Pure: no gradio.
+"""The transcript fold: agent events -> chat messages, as plain dicts (what `gr.Chatbot`
+accepts). Pure: no gradio.
 
 A `Transcript` folds one run's events into messages: each `<think>` part a collapsible
 thought, each search a panel titled with its query (pending while it runs, done with its
@@ -10,7 +11,6 @@ Everything the model or the corpus wrote is HTML-escaped, so `<search>` or a doc
 from __future__ import annotations
 
 import html
-import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,8 +25,8 @@ from agent.events import (
     SearchCalled,
     TextDelta,
     TurnStarted,
-    event_to_dict,
 )
+from app.ui.model_pool import ModelStatus
 
 Message = dict[str, Any]
 
@@ -40,22 +40,13 @@ _TAG = re.compile(r"<(/?)(think|search|answer)>")
 _TAG_NAMES = ("think", "search", "answer")
 
 
-@dataclass(frozen=True)
-class ModelStatus:
-    """A UI-side event: where loading (or waiting for) a model stands."""
-
-    model: str
-    state: str  # loading, ready, waiting, failed
-    detail: str = ""
-    seconds: float = 0.0
-
-
 def escape(text: str) -> str:
     """Model or corpus text as literal text in a Markdown message (no tags, no HTML)."""
     return html.escape(text, quote=False)
 
 
-def user_message(question: str) -> Message:
+def question_message(question: str) -> Message:
+    """The user's question as the chat's user bubble."""
     return {"role": "user", "content": escape(question)}
 
 
@@ -67,9 +58,11 @@ def note(text: str, title: str | None = None) -> Message:
     return message
 
 
-# Turn text -> segments ------------------------------------------------------------------
+# Turn text -> parts ---------------------------------------------------------------------
 @dataclass(frozen=True)
-class Segment:
+class TurnPart:
+    """A piece of one turn's text by tag (not `agent.events.Segment`, a trajectory piece)."""
+
     kind: str  # text, think, search, answer
     text: str
     closed: bool = True
@@ -85,30 +78,30 @@ def _partial_tag_start(text: str) -> int:
     return start if any(c.startswith(tail) for c in candidates) else -1
 
 
-def split_turn(text: str, streaming: bool = False) -> list[Segment]:
-    """A turn's text as text / think / search / answer segments, in order.
+def split_turn(text: str, streaming: bool = False) -> list[TurnPart]:
+    """A turn's text as text / think / search / answer parts, in order.
 
     While streaming, a half-written tag at the end is held back, and an open tag yields an
-    open (unclosed) segment. Stray closing tags are kept as text.
+    open (unclosed) part. Stray closing tags are kept as text.
     """
     if streaming and (cut := _partial_tag_start(text)) >= 0:
         text = text[:cut]
-    segments: list[Segment] = []
+    parts: list[TurnPart] = []
     pos, open_kind, open_at = 0, None, 0
     for match in _TAG.finditer(text):
         closing, name = match.group(1) == "/", match.group(2)
         if open_kind is None and not closing:
             if match.start() > pos:
-                segments.append(Segment("text", text[pos:match.start()]))
+                parts.append(TurnPart("text", text[pos:match.start()]))
             open_kind, open_at = name, match.end()
         elif open_kind == name and closing:
-            segments.append(Segment(name, text[open_at:match.start()]))
+            parts.append(TurnPart(name, text[open_at:match.start()]))
             open_kind, pos = None, match.end()
     if open_kind is not None:
-        segments.append(Segment(open_kind, text[open_at:], closed=False))
+        parts.append(TurnPart(open_kind, text[open_at:], closed=False))
     elif pos < len(text):
-        segments.append(Segment("text", text[pos:]))
-    return [s for s in segments if s.kind != "text" or s.text.strip()]
+        parts.append(TurnPart("text", text[pos:]))
+    return [p for p in parts if p.kind != "text" or p.text.strip()]
 
 
 # Pieces ---------------------------------------------------------------------------------
@@ -153,16 +146,16 @@ def _search_message(query: str, search: _Search | None, closed: bool) -> Message
     return {"role": "assistant", "content": content, "metadata": metadata}
 
 
-def segment_message(segment: Segment, search: _Search | None = None) -> Message:
-    if segment.kind == "think":
-        return {"role": "assistant", "content": escape(segment.text.strip()) or "…",
+def part_message(part: TurnPart, search: _Search | None = None) -> Message:
+    if part.kind == "think":
+        return {"role": "assistant", "content": escape(part.text.strip()) or "…",
                 "metadata": {"title": THOUGHT_TITLE,
-                             "status": "done" if segment.closed else "pending"}}
-    if segment.kind == "search":
-        return _search_message(segment.text, search, segment.closed)
-    if segment.kind == "answer":
-        return {"role": "assistant", "content": ANSWER_PREFIX + escape(segment.text.strip())}
-    return {"role": "assistant", "content": escape(segment.text.strip())}
+                             "status": "done" if part.closed else "pending"}}
+    if part.kind == "search":
+        return _search_message(part.text, search, part.closed)
+    if part.kind == "answer":
+        return {"role": "assistant", "content": ANSWER_PREFIX + escape(part.text.strip())}
+    return {"role": "assistant", "content": escape(part.text.strip())}
 
 
 _ENDINGS = {
@@ -223,11 +216,9 @@ class Transcript:
 
     # Rendering ----------------------------------------------------------------------------
     def _render_turn(self, streaming: bool) -> None:
-        parts = []
-        for segment in split_turn(self.turn_text, streaming=streaming):
-            parts.append(segment_message(segment, self._search if segment.kind == "search"
-                                         else None))
-        self.messages[self._turn_start:] = parts
+        self.messages[self._turn_start:] = [
+            part_message(part, self._search if part.kind == "search" else None)
+            for part in split_turn(self.turn_text, streaming=streaming)]
 
     def _close_turn(self) -> None:
         self._render_turn(streaming=False)
@@ -356,60 +347,3 @@ def render(events: Iterable[Event | ModelStatus]) -> list[Message]:
     for event in events:
         transcript.apply(event)
     return transcript.messages
-
-
-# Exports --------------------------------------------------------------------------------
-def coalesce(events: Iterable[Event | ModelStatus]) -> list[Event]:
-    """Agent events with consecutive TextDeltas merged (one per turn, not one per token)."""
-    merged: list[Event] = []
-    for event in events:
-        if isinstance(event, ModelStatus):
-            continue
-        if isinstance(event, TextDelta) and merged and isinstance(merged[-1], TextDelta):
-            merged[-1] = TextDelta(merged[-1].text + event.text)
-        else:
-            merged.append(event)
-    return merged
-
-
-def trace_jsonl(events: Iterable[Event | ModelStatus], header: dict | None = None) -> str:
-    """The trace as JSON lines of `event_to_dict`, after a header line when one is given."""
-    lines = [json.dumps({"event": "Run", **header}, ensure_ascii=False)] if header else []
-    lines += [json.dumps(event_to_dict(e), ensure_ascii=False) for e in coalesce(events)]
-    return "\n".join(lines) + "\n"
-
-
-def trace_markdown(question: str, model: str, events: Iterable[Event | ModelStatus],
-                   settings: dict | None = None) -> str:
-    """A readable record of one run: question, model, each step, the answer, the raw text."""
-    events = coalesce(events)
-    out = [f"# {question.strip()}", "", f"- Model: `{model}`"]
-    if settings:
-        out.append("- Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
-    finished = next((e for e in events if isinstance(e, Finished)), None)
-    if finished is not None:
-        out.append(f"- Stop reason: {finished.stop_reason}; turns {finished.turns}, searches "
-                   f"{finished.searches}, new tokens {finished.new_tokens}, "
-                   f"{finished.seconds:.2f} s")
-    out.append("")
-    for event in events:
-        if isinstance(event, TurnStarted):
-            closing = " (closing round, no retrieval)" if event.final else ""
-            out += [f"## Turn {event.turn} of {event.rounds}{closing}", ""]
-        elif isinstance(event, TextDelta):
-            out += ["```text", event.text.strip(), "```", ""]
-        elif isinstance(event, DocumentsReturned):
-            out += [f"**Search:** {event.query} ({event.seconds:.2f} s)", ""]
-            for i, doc in enumerate(event.docs, 1):
-                out.append(f"{i}. **{doc.title}** (score {doc.score:.2f}): {doc.text.strip()}")
-            out.append("")
-        elif isinstance(event, InvalidAction):
-            out += ["_Invalid action: no search or answer in this turn._", ""]
-        elif isinstance(event, AnswerGiven):
-            out += [f"**Answer:** {event.answer}", ""]
-        elif isinstance(event, Finished):
-            if event.error:
-                out += [f"**Error:** {event.error}", ""]
-            out += ["## Raw text (what the model saw)", "", "````text", event.trajectory,
-                    "````", ""]
-    return "\n".join(out)

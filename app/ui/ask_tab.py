@@ -1,0 +1,203 @@
+"""The Ask tab: one question, the reasoning streamed (thoughts, searches with their
+documents, the answer), raw text, exports. It owns the decoding controls the Compare tab
+reuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gradio as gr
+
+from agent.loop import AgentSettings
+from app.ui import transcript as fold
+from app.ui.exports import write_exports
+from app.ui.model_pool import run_model, status_markdown
+from app.ui.run_registry import pump
+from app.ui.studio import Studio, session_of
+
+MAX_QUESTION_CHARS = 2000
+CORPUS_EXAMPLES = [
+    "Who directed 2001: A Space Odyssey?",
+    "What is the speed of light?",
+    "Who painted the Mona Lisa?",
+    "When did the Berlin Wall fall?",
+    "Who wrote Pride and Prejudice?",
+]
+BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may lack the facts
+    "who got the first nobel prize in physics",
+    "when was the last time anyone was on the moon",
+    "Which magazine was started first, Arthur's Magazine or First for Women?",
+    "Were Scott Derrickson and Ed Wood of the same nationality?",
+]
+ASK_SLOTS = ("ask",)
+EMPTY_STATS = "Turn – · 0 searches · 0 tokens"
+
+
+def validate_question(question: str | None) -> str | None:
+    """Why the question can't be asked (a message for the user), or None when it can."""
+    text = (question or "").strip()
+    if not text:
+        return "Please type a question first."
+    if len(text) > MAX_QUESTION_CHARS:
+        return (f"That question is {len(text):,} characters long; the limit is "
+                f"{MAX_QUESTION_CHARS:,}. Please shorten it.")
+    return None
+
+
+def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_turns: int,
+                           topk: int, max_new_tokens: int) -> AgentSettings:
+    """The Ask tab's controls as agent settings (sliders hand over floats)."""
+    return AgentSettings(max_turns=int(max_turns), topk=int(topk),
+                         max_new_tokens=int(max_new_tokens), greedy=bool(greedy),
+                         temperature=max(float(temperature), 1e-3), top_p=float(top_p))
+
+
+def token_counter(studio: Studio, model: str) -> Callable[[str], int] | None:
+    """The loaded model's token counter for live stats; None before it is loaded."""
+    if not studio.pool.is_loaded(model):
+        return None
+    return studio.pool.get(model).count_tokens
+
+
+class AskTab:
+    """The tab's widgets, and its handlers: each returns (or yields) {component: update}."""
+
+    def __init__(self, studio: Studio):
+        self.studio = studio
+        self.history = gr.State([])
+        with gr.Row():
+            with gr.Column(scale=3):
+                self.chatbot = gr.Chatbot(
+                    label="Agent", height=580, allow_tags=False, sanitize_html=True,
+                    group_consecutive_messages=False, feedback_options=None,
+                    elem_id="ask-chat", placeholder="Ask a question: the agent thinks, "
+                                                    "searches the corpus, and answers.")
+                self.stats = gr.Markdown(EMPTY_STATS, elem_id="ask-stats")
+                gr.Markdown(fold.ATTRIBUTION, elem_id="attribution")
+                with gr.Row():
+                    self.question = gr.Textbox(label="Question", placeholder="Who directed "
+                                               "2001: A Space Odyssey?", scale=5, max_lines=4,
+                                               elem_id="ask-question")
+                    self.ask = gr.Button("Ask", variant="primary", scale=1, elem_id="ask-button")
+                    self.stop_button = gr.Button("Stop", variant="stop", scale=1,
+                                                 elem_id="ask-stop")
+                    self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
+                gr.Examples(CORPUS_EXAMPLES, inputs=[self.question],
+                            label="The embedded corpus knows")
+                gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
+                            label="Benchmark style (NQ / HotpotQA)")
+            with gr.Column(scale=1):
+                self.model = gr.Dropdown(studio.model_choices(), value=studio.default_model,
+                                         allow_custom_value=True, label="Model",
+                                         info="Pick one, or type any hub id or local path.",
+                                         elem_id="ask-model")
+                self.model_status = gr.Markdown(
+                    status_markdown(studio.pool, studio.default_model),
+                    elem_id="ask-model-status")
+                with gr.Accordion("Decoding and search", open=True):
+                    greedy = gr.Checkbox(True, label="Greedy (the paper's evaluation)")
+                    temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05,
+                                            label="Temperature")
+                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+                    max_turns = gr.Slider(1, 8, value=4, step=1,
+                                          label="Max turns (with search)")
+                    topk = gr.Slider(1, 10, value=3, step=1,
+                                     label="Documents per search (top-k)")
+                    max_tokens = gr.Slider(32, 1024, value=500, step=1,
+                                           label="Max new tokens per turn")
+                self.show_raw = gr.Checkbox(False, label="Show raw text (what the model saw)")
+                self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
+                                      file_count="multiple", interactive=False,
+                                      elem_id="ask-export")
+        self.raw = gr.Code(label="Raw text: prompt + everything generated and inserted",
+                           visible=False, language=None, lines=16, interactive=False,
+                           elem_id="ask-raw")
+        self.controls = [greedy, temperature, top_p, max_turns, topk, max_tokens]
+
+    # Explicit parameters, not *values: Gradio injects gr.Request only into those.
+    def run(self, question_text: str, past: list, model_id: str, greedy_on: bool, temp: float,
+            nucleus: float, turns: int, k: int, tokens: int, request: gr.Request):
+        """Ask the question; stream the transcript, then the raw text and the exports."""
+        studio = self.studio
+        past = list(past or [])
+        problem = validate_question(question_text)
+        model_id = (model_id or "").strip()
+        if problem is None and not model_id:
+            problem = "Please pick a model."
+        if problem:
+            yield {self.chatbot: past + [fold.note(f"⚠️ {problem}")]}
+            return
+        question_text = question_text.strip()
+        settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+        session = session_of(request)
+        handles = studio.runs.start(session, "ask")
+        cancel = handles[0]
+        transcript = fold.Transcript()
+        asked = [*past, fold.question_message(question_text)]
+        try:
+            yield {self.chatbot: asked, self.stats: "Starting…",
+                   self.model_status: status_markdown(studio.pool, model_id)}
+            stream = run_model(studio.pool, model_id, question_text, studio.retriever,
+                               settings, cancel)
+            count = None
+            for batch in pump({"ask": stream}, cancel):
+                for _, event in batch:
+                    transcript.apply(event)
+                if count is None:
+                    count = token_counter(studio, model_id)
+                yield {self.chatbot: asked + transcript.messages,
+                       self.stats: transcript.stats(count).line()}
+            final = asked + transcript.messages
+            done = {self.chatbot: final, self.history: final,
+                    self.stats: transcript.stats(count).line() if transcript.events
+                    else "Not run.",
+                    self.model_status: status_markdown(studio.pool, model_id)}
+            if transcript.finished:
+                done[self.raw] = transcript.finished.trajectory
+                done[self.export] = write_exports(question_text, model_id, transcript.events,
+                                                  settings)
+            yield done
+        finally:
+            studio.runs.finish(session, "ask", handles)
+
+    def stop(self, request: gr.Request) -> None:
+        """Set the run's cancel event; the backend stops between tokens and the run ends
+        with its own "Stopped" render. It waits for that, so the `cancels=` after it is a
+        no-op unless the run is stuck where the event can't reach (e.g. in a search)."""
+        self.studio.runs.stop(session_of(request), ASK_SLOTS, wait=3.0)
+
+    def clear(self) -> dict:
+        return {self.chatbot: [], self.history: [], self.stats: EMPTY_STATS, self.raw: "",
+                self.export: None}
+
+    def toggle_raw(self, on: bool) -> dict:
+        return {self.raw: gr.update(visible=on)}
+
+    def model_changed(self, model: str | None) -> dict:
+        return {self.model_status: status_markdown(self.studio.pool, model or "")}
+
+    def wire(self) -> None:
+        limits = {"concurrency_id": "agent", "concurrency_limit": self.studio.concurrency}
+        inputs = [self.question, self.history, self.model, *self.controls]
+        outputs = [self.chatbot, self.history, self.stats, self.raw, self.export,
+                   self.model_status]
+        asked = self.ask.click(self.run, inputs, outputs, api_name="ask", **limits)
+        submitted = self.question.submit(self.run, inputs, outputs, api_visibility="private",
+                                         **limits)
+        self.stop_button.click(self.stop, None, None, queue=False, api_name="stop").then(
+            None, None, None, cancels=[asked, submitted])
+        self.clear_button.click(self.clear, None, [self.chatbot, self.history, self.stats,
+                                                   self.raw, self.export],
+                                queue=False, api_visibility="private")
+        self.show_raw.change(self.toggle_raw, self.show_raw, self.raw, queue=False,
+                             api_visibility="private")
+        self.model.change(self.model_changed, self.model, self.model_status, queue=False,
+                          api_visibility="private")
+
+
+def ask_tab(studio: Studio) -> list:
+    """Lay out and wire the tab (inside a gr.Tab); returns the decoding controls."""
+    tab = AskTab(studio)
+    tab.wire()
+    return tab.controls

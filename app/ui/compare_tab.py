@@ -1,0 +1,119 @@
+"""The Compare tab: the same question to two models (say a GRPO baseline and an LLDS
+checkpoint), side by side, with a table of answers and costs. Decoding settings come from
+the Ask tab's controls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import gradio as gr
+
+from agent.models import label
+from app.ui import transcript as fold
+from app.ui.ask_tab import CORPUS_EXAMPLES, settings_from_controls, validate_question
+from app.ui.model_pool import run_model
+from app.ui.run_registry import pump
+from app.ui.studio import Studio, session_of
+
+COMPARE_SLOTS = ("compare-a", "compare-b")
+
+
+def comparison_table(models: Sequence[str], transcripts: Sequence[fold.Transcript]) -> str:
+    """Model, answer, searches, tokens, time and how each run ended, as a Markdown table."""
+    rows = {"Model": [], "Answer": [], "Searches": [], "Tokens": [], "Time": [], "Ended": []}
+    for model, transcript in zip(models, transcripts, strict=True):
+        stats = transcript.stats()
+        rows["Model"].append(fold.escape(label(model)))
+        rows["Answer"].append(fold.escape(stats.answer) if stats.answer is not None else "–")
+        rows["Searches"].append(str(stats.searches))
+        rows["Tokens"].append(str(stats.tokens))
+        rows["Time"].append(f"{stats.seconds:.1f} s")
+        rows["Ended"].append(stats.stop_reason or "running")
+    lines = ["| | A | B |", "|---|---|---|"]
+    lines += [f"| {key} | {' | '.join(v.replace('|', '/') for v in values)} |"
+              for key, values in rows.items()]
+    return "\n".join(lines)
+
+
+class CompareTab:
+    """The tab's widgets, and its handlers: each returns (or yields) {component: update}."""
+
+    def __init__(self, studio: Studio, controls: list):
+        self.studio = studio
+        self.controls = controls
+        gr.Markdown("The same question to two models, side by side. Decoding and search "
+                    "settings come from the Ask tab.")
+        with gr.Row():
+            self.question = gr.Textbox(label="Question", scale=5, elem_id="compare-question",
+                                       value=CORPUS_EXAMPLES[0])
+            self.go = gr.Button("Compare", variant="primary", scale=1,
+                                elem_id="compare-button")
+            self.stop_button = gr.Button("Stop", variant="stop", scale=1,
+                                         elem_id="compare-stop")
+        self.models, self.chats, self.stats = [], [], []
+        with gr.Row():
+            for side, default in (("a", studio.baseline_model), ("b", studio.default_model)):
+                with gr.Column():
+                    self.models.append(gr.Dropdown(
+                        studio.model_choices(), value=default, allow_custom_value=True,
+                        label=f"Model {side.upper()}", elem_id=f"compare-model-{side}"))
+                    self.chats.append(gr.Chatbot(
+                        label=f"Model {side.upper()}", height=480, allow_tags=False,
+                        sanitize_html=True, group_consecutive_messages=False,
+                        feedback_options=None, elem_id=f"compare-chat-{side}"))
+                    self.stats.append(gr.Markdown("", elem_id=f"compare-stats-{side}"))
+        self.table = gr.Markdown("", elem_id="compare-table")
+        gr.Markdown(fold.ATTRIBUTION)
+
+    def run(self, question_text: str, model_a: str, model_b: str, greedy_on: bool,
+            temp: float, nucleus: float, turns: int, k: int, tokens: int,
+            request: gr.Request):
+        """Run both models on the question at once; stream both transcripts and the table."""
+        studio = self.studio
+        problem = validate_question(question_text)
+        if problem:
+            message = [fold.note(f"⚠️ {problem}")]
+            yield {self.chats[0]: message, self.chats[1]: message, self.stats[0]: "",
+                   self.stats[1]: "", self.table: ""}
+            return
+        question_text = question_text.strip()
+        models = [(model_a or "").strip(), (model_b or "").strip()]
+        settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+        session = session_of(request)
+        handles = [studio.runs.start(session, slot) for slot in COMPARE_SLOTS]
+        cancel = handles[0][0]
+        transcripts = [fold.Transcript(), fold.Transcript()]
+        asked = [fold.question_message(question_text)]
+        try:
+            streams = {str(i): run_model(studio.pool, m, question_text, studio.retriever,
+                                         settings, handles[i][0])
+                       for i, m in enumerate(models)}
+            for batch in pump(streams, cancel):
+                for name, event in batch:
+                    transcripts[int(name)].apply(event)
+                update = {self.table: comparison_table(models, transcripts)}
+                for chat, stats, transcript in zip(self.chats, self.stats, transcripts,
+                                                   strict=True):
+                    update[chat] = asked + transcript.messages
+                    update[stats] = transcript.stats().line()
+                yield update
+        finally:
+            for slot, handle in zip(COMPARE_SLOTS, handles, strict=True):
+                handle[0].set()  # a no-op after a normal end; stops B too if we were closed
+                studio.runs.finish(session, slot, handle)
+
+    def stop(self, request: gr.Request) -> None:
+        self.studio.runs.stop(session_of(request), COMPARE_SLOTS, wait=3.0)
+
+    def wire(self) -> None:
+        event = self.go.click(self.run, [self.question, *self.models, *self.controls],
+                              [*self.chats, *self.stats, self.table], api_name="compare",
+                              concurrency_id="agent", concurrency_limit=self.studio.concurrency)
+        self.stop_button.click(self.stop, None, None, queue=False,
+                               api_name="compare_stop").then(None, None, None, cancels=[event])
+
+
+def compare_tab(studio: Studio, controls: list) -> None:
+    """Lay out and wire the tab (inside a gr.Tab), using the Ask tab's `controls`."""
+    CompareTab(studio, controls).wire()

@@ -1,0 +1,265 @@
+"""The run directory `runs/NAME/`: the one module that reads or writes one.
+
+- `settings.json`: what the numbers depend on (`run_settings`, built here for the CLI and
+  the Evaluate tab alike). A stored run with other settings is refused, never mixed.
+- `<dataset>.jsonl`: one `Record` per finished question, appended as it finishes. A kill
+  can cut the last line: `repair_tail` drops it before appending, `read_jsonl` skips it.
+  Resuming skips the ids already there, except those that ended in an error.
+- `summary.json`, `summary.csv`, `summary.md`: written whole by `save_summary` (each via a
+  temporary file and a rename, so a reader never sees half a file); stale once more results
+  come in, so `prepare_run_dir` removes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from agent.events import Finished
+from agent.loop import AgentSettings
+from agent.protocol import extract_answer
+from evaluator.benchmarks import BENCHMARK_NAMES, BENCHMARKS, Question
+from evaluator.metrics import score_prediction
+
+# Settings that change the numbers: a stored run with other values is not resumed.
+COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens",
+            "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
+            "stop_on_eos")
+SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
+
+
+class RunMismatch(ValueError):
+    """The output directory holds a run made with other settings."""
+
+
+# ---------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Record:
+    """One answered question, as the runner writes it: one JSON line of `<dataset>.jsonl`."""
+
+    id: str
+    dataset: str
+    question: str
+    golden_answers: list[str]
+    prediction: str | None  # what was scored (`prediction_of`); None: no answer
+    metrics: dict[str, float]  # em, sub_em, f1, retrieval_recall, computed once, here
+    answered: bool
+    failure: str | None  # why the agent broke down (None: it answered)
+    searches: int
+    turns: int
+    invalid_actions: int
+    new_tokens: int
+    seconds: float
+    stop_reason: str
+    response: str = ""
+    trajectory: str = ""
+    retrieved: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> Record:
+        """A record read back; a line that lacks a field says which and where."""
+        names = {f.name for f in fields(cls)}
+        required = [f.name for f in fields(cls)
+                    if f.default is MISSING and f.default_factory is MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"{where or 'a record'}: not a result record of this evaluator "
+                             f"(no {', '.join(missing)}); re-run the questions to rewrite it.")
+        return cls(**{**{k: v for k, v in data.items() if k in names}, "id": str(data["id"])})
+
+
+def prediction_of(finished: Finished) -> str | None:
+    """The answer a run is scored on: the one place the prediction is chosen."""
+    return extract_answer(finished.response)
+
+
+def failure_reason(finished: Finished) -> str | None:
+    if finished.stop_reason == "answer":
+        return None
+    if finished.stop_reason in ("context_full", "error"):
+        return finished.stop_reason
+    if finished.invalid_actions and not finished.searches:
+        return "invalid_action"
+    if finished.stop_reason == "max_turns":
+        return "max_turns"
+    return "no_answer"
+
+
+def make_record(question: Question, finished: Finished) -> Record:
+    """The record of a finished question: prediction and metrics computed here, once."""
+    prediction = prediction_of(finished)
+    return Record(
+        id=question.id, dataset=question.dataset, question=question.question,
+        golden_answers=list(question.golden_answers), prediction=prediction,
+        metrics=score_prediction(prediction, question.golden_answers, finished.retrieved),
+        answered=prediction is not None, failure=failure_reason(finished),
+        searches=finished.searches, turns=finished.turns,
+        invalid_actions=finished.invalid_actions, new_tokens=finished.new_tokens,
+        seconds=round(finished.seconds, 3), stop_reason=finished.stop_reason,
+        response=finished.response, trajectory=finished.trajectory,
+        retrieved=list(finished.retrieved), error=finished.error)
+
+
+# ---------------------------------------------------------------------------- files
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Objects of a JSON-lines file, skipping a truncated last line (a killed run's)."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    objects = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            objects.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number == len(lines):
+                break  # the runner was killed mid-write; the rest of the file is whole
+            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from error
+    return objects
+
+
+def read_records(path: str | Path) -> list[Record]:
+    return [Record.from_dict(obj, f"{path}:{number}")
+            for number, obj in enumerate(read_jsonl(path), start=1)]
+
+
+def repair_tail(path: Path) -> None:
+    """Drop a half-written last line (a kill mid-write) so appends start on a fresh line."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def finished_ids(path: Path) -> set[str]:
+    """Ids with a result; a question that ended in an error (a retriever outage, say) is
+    not finished and runs again on resume (reports keep each id's last record)."""
+    repair_tail(path)
+    if not path.is_file():
+        return set()
+    return {str(r["id"]) for r in read_jsonl(path) if r.get("stop_reason") != "error"}
+
+
+def append_record(out, record: Record) -> None:
+    """One line per record, flushed: on disk before the next question, so a kill loses
+    nothing that finished."""
+    out.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+    out.flush()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+def run_settings(model: str, backend: str, retriever: str, settings: AgentSettings, *,
+                 seed: int, limit: int | None, sample: int | None,
+                 datasets: list[str]) -> dict[str, Any]:
+    """settings.json for a run: every setting in COMPARED, and the datasets."""
+    return {"model": model, "backend": backend, "retriever": retriever,
+            "max_turns": settings.max_turns, "topk": settings.topk,
+            "max_new_tokens": settings.max_new_tokens,
+            "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
+            "temperature": settings.temperature, "top_p": settings.top_p, "seed": seed,
+            "limit": limit, "sample": sample, "stop_on_eos": settings.stop_on_eos,
+            "datasets": list(datasets)}
+
+
+def read_settings(run_dir: str | Path) -> dict[str, Any]:
+    """The run's settings.json, or {} when it is missing (an interrupted or hand-made run)."""
+    path = Path(run_dir) / "settings.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def prepare_run_dir(run_dir: Path, settings: dict[str, Any], overwrite: bool = False) -> None:
+    """Create, check or reset `run_dir`; refuse to mix results from different settings."""
+    stored_path = run_dir / "settings.json"
+    if stored_path.is_file() and overwrite:
+        shutil.rmtree(run_dir)
+    elif stored_path.is_file():
+        stored = read_settings(run_dir)
+        diffs = [f"{k}: stored {stored.get(k)!r}, now {settings.get(k)!r}"
+                 for k in COMPARED if stored.get(k) != settings.get(k)]
+        if diffs:
+            raise RunMismatch(
+                f"{run_dir} holds a run with other settings ({'; '.join(diffs)}). "
+                "Use another --output, or --overwrite to discard the stored results.")
+        settings = {**settings,
+                    "datasets": list(dict.fromkeys([*stored.get("datasets", []),
+                                                    *settings.get("datasets", [])]))}
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(stored_path, json.dumps(settings, indent=2) + "\n")
+    for name in SUMMARY_FILES:  # stale once more results come in
+        (run_dir / name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- a stored run
+
+
+@dataclass
+class StoredRun:
+    """A run directory read back: its settings and its records per dataset."""
+
+    path: Path
+    settings: dict[str, Any]
+    records: dict[str, list[Record]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def dataset_order(name: str) -> tuple[int, str]:
+    return (BENCHMARK_NAMES.index(name) if name in BENCHMARKS else len(BENCHMARK_NAMES), name)
+
+
+def load_run(run_dir: str | Path) -> StoredRun:
+    """A run's settings and its records per dataset, in benchmark order.
+
+    Any `*.jsonl` named after a benchmark counts, and any other whose records carry
+    golden answers (a custom set); a resumed run may repeat an id, the last one wins.
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"No run directory {path}")
+    run = StoredRun(path=path, settings=read_settings(path))
+    for file in sorted(path.glob("*.jsonl"), key=lambda f: dataset_order(f.stem)):
+        objects = read_jsonl(file)
+        if not objects:
+            continue  # a dataset the runner has only just opened
+        if file.stem not in BENCHMARKS and "golden_answers" not in objects[0]:
+            continue
+        by_id: dict[str, Record] = {}
+        for number, obj in enumerate(objects, start=1):
+            record = Record.from_dict(obj, f"{file}:{number}")
+            by_id[record.id] = record
+        run.records[file.stem] = list(by_id.values())
+    return run
+
+
+def save_summary(run_dir: str | Path, summary: Mapping[str, Any], markdown: str,
+                 csv_text: str) -> None:
+    """summary.json, summary.csv and summary.md, each written whole."""
+    run_dir = Path(run_dir)
+    _write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    _write_atomic(run_dir / "summary.csv", csv_text)
+    _write_atomic(run_dir / "summary.md", markdown)
