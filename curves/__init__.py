@@ -16,9 +16,9 @@ import plotly.graph_objects as go
 from curves.analysis import SUMMARY_COLUMNS, PhaseRule, RunAnalysis, analyse_run, summary_table
 from curves.parse import LogFormatError, read_log
 from curves.plots import ROUNDING_NOTE, Panel, build_panels
-from curves.runs import Run, normalise_method
+from curves.runs import TrainingRun, normalise_method
 
-__all__ = ["AnalysisResult", "LogFormatError", "Message", "Panel", "PhaseRule", "Run",
+__all__ = ["AnalysisResult", "LogFormatError", "Message", "Panel", "PhaseRule", "TrainingRun",
            "analyze_uploads"]
 
 
@@ -35,7 +35,7 @@ class Message:
 
 @dataclass
 class AnalysisResult:
-    runs: list[Run]
+    runs: list[TrainingRun]
     analyses: list[RunAnalysis]
     panels: list[Panel]
     summary: pd.DataFrame
@@ -61,7 +61,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     """
     rule = rule or PhaseRule()
     messages: list[Message] = []
-    runs: list[Run] = []
+    runs: list[TrainingRun] = []
     for path in paths:
         source = Path(path).name
         try:
@@ -107,13 +107,13 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     return AnalysisResult(runs, analyses, panels, summary, messages, rule)
 
 
-def _prefer_exports(runs: list[Run], messages: list[Message]) -> list[Run]:
+def _prefer_exports(runs: list[TrainingRun], messages: list[Message]) -> list[TrainingRun]:
     """Same run from a console log and a W&B/TensorBoard export: keep the unrounded one.
     Same name from two other files: keep both, made unique with the file name."""
-    by_name: dict[str, list[Run]] = {}
+    by_name: dict[str, list[TrainingRun]] = {}
     for run in runs:
         by_name.setdefault(run.name, []).append(run)
-    kept: list[Run] = []
+    kept: list[TrainingRun] = []
     for name, group in by_name.items():
         exact = [r for r in group if not r.rounded]
         if exact and len(exact) < len(group):
@@ -131,7 +131,7 @@ def _prefer_exports(runs: list[Run], messages: list[Message]) -> list[Run]:
     return sorted(kept, key=lambda run: order[id(run)])
 
 
-def _apply_labels(runs: list[Run], labels: dict[str, str], messages: list[Message]) -> None:
+def _apply_labels(runs: list[TrainingRun], labels: dict[str, str], messages: list[Message]) -> None:
     names = {run.name: run for run in runs}
     for name, label in labels.items():
         try:

@@ -19,6 +19,9 @@ with every threshold in `PhaseRule`:
   `spike_window` values.
 * Peak / trend: the likelihood smoothed with a centred rolling mean of `smooth_window`
   points; the peak is its maximum.
+
+Why ~390 lines: the phase rule is one algorithm (piecewise fit, onset refinement, reward
+collapse, gradient spikes) and the summary table that reports it; read it top to bottom.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from curves.runs import Run, resolve_metrics
+from curves.runs import TrainingRun, resolve_metrics
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class PhaseRule:
 
 
 @dataclass
-class Segment:
+class Piece:
     start: int
     end: int
     slope: float  # nats per step
@@ -74,7 +77,7 @@ class RunAnalysis:
     peak_step: int | None = None
     peak_value: float | None = None
     end_value: float | None = None
-    segments: list[Segment] = field(default_factory=list)
+    segments: list[Piece] = field(default_factory=list)
     decay_onset: int | None = None
     accel_onset: int | None = None
     reward_key: str | None = None
@@ -147,16 +150,16 @@ def _best_split(x: np.ndarray, y: np.ndarray, min_segment: int) -> tuple[int, fl
     return int(ks[best]), whole - float(rss[best])
 
 
-def _piece(x: np.ndarray, y: np.ndarray, sigma: float) -> Segment:
+def _piece(x: np.ndarray, y: np.ndarray, sigma: float) -> Piece:
     xc = x - x.mean()
     sxx = float(xc @ xc)
     slope = float(xc @ (y - y.mean()) / sxx) if sxx > 0 else 0.0
     se = sigma / np.sqrt(sxx) if sxx > 0 else np.inf
     z = slope / se if se > 0 else (-np.inf if slope < 0 else np.inf if slope > 0 else 0.0)
-    return Segment(int(x[0]), int(x[-1]), slope, float(z), -slope * float(x[-1] - x[0]))
+    return Piece(int(x[0]), int(x[-1]), slope, float(z), -slope * float(x[-1] - x[0]))
 
 
-def fit_pieces(x: np.ndarray, y: np.ndarray, rule: PhaseRule) -> list[Segment]:
+def fit_pieces(x: np.ndarray, y: np.ndarray, rule: PhaseRule) -> list[Piece]:
     """Piecewise-linear description of y(x) by binary segmentation.
 
     Split a piece in two (separate least-squares lines, each at least `min_segment`
@@ -203,7 +206,7 @@ def _hinge_joint(x: np.ndarray, y: np.ndarray, min_segment: int) -> int | None:
     return int(ks[int(np.argmin(rss))])
 
 
-def _refine_onset(x: np.ndarray, y: np.ndarray, pieces: list[Segment], k: int,
+def _refine_onset(x: np.ndarray, y: np.ndarray, pieces: list[Piece], k: int,
                   rule: PhaseRule) -> int:
     """Place the onset of piece k with a continuous hinge fit over it and the piece before.
 
@@ -226,11 +229,11 @@ def _refine_onset(x: np.ndarray, y: np.ndarray, pieces: list[Segment], k: int,
     return int(x[mask][joint])
 
 
-def _declines(piece: Segment, rule: PhaseRule) -> bool:
+def _declines(piece: Piece, rule: PhaseRule) -> bool:
     return piece.slope < 0 and piece.z <= -rule.min_drop_z and piece.drop >= rule.min_drop
 
 
-def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Segment], int | None,
+def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Piece], int | None,
                                                                int | None, list[str]]:
     """Return (pieces, steady-decay onset, accelerated-collapse onset, notes)."""
     values = values.dropna()
@@ -294,7 +297,7 @@ def grad_spikes(grad_norm: pd.Series, rule: PhaseRule) -> list[int]:
     return [int(step) for step in spikes.index]
 
 
-def analyse_run(run: Run, rule: PhaseRule | None = None) -> RunAnalysis:
+def analyse_run(run: TrainingRun, rule: PhaseRule | None = None) -> RunAnalysis:
     """All per-run findings; every claim not supported by the data is left None with a note."""
     rule = rule or PhaseRule()
     table = run.table

@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from curves.analysis import RunAnalysis
-from curves.runs import CANONICAL_BY_ID, Run, metric_label, resolve_metrics
+from curves.runs import CANONICAL_BY_ID, TrainingRun, resolve_metrics
 
 # Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
 _GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
@@ -56,7 +56,7 @@ def ema(values: pd.Series, weight: float) -> pd.Series:
     return values.ewm(alpha=1.0 - min(weight, 0.999), adjust=False).mean()
 
 
-def run_colours(runs: Sequence[Run]) -> dict[str, str]:
+def run_colours(runs: Sequence[TrainingRun]) -> dict[str, str]:
     colours: dict[str, str] = {}
     counts = {"GRPO": 0, "LLDS": 0}
     for run in runs:
@@ -66,7 +66,7 @@ def run_colours(runs: Sequence[Run]) -> dict[str, str]:
     return colours
 
 
-def _series_traces(run: Run, key: str, label: str, colour: str, smoothing: float,
+def _series_traces(run: TrainingRun, key: str, label: str, colour: str, smoothing: float,
                    dash: str = "solid") -> list[go.Scatter]:
     raw = run.table[key].dropna()
     if raw.empty:
@@ -131,15 +131,16 @@ def _phase_marks(analyses: Sequence[RunAnalysis],
     return shapes, labels
 
 
-def _rounded_subtitle(runs: Sequence[Run], extra: str = "") -> str:
+def _rounded_subtitle(runs: Sequence[TrainingRun], extra: str = "") -> str:
     parts = [extra] if extra else []
     if any(run.rounded for run in runs):
         parts.append("console-log values rounded to 3 decimals")
     return " · ".join(parts)
 
 
-def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing: float = 0.6,
-                 annotate: bool = True, extra_metrics: Sequence[str] = ()) -> list[Panel]:
+def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
+                 smoothing: float = 0.6, annotate: bool = True,
+                 extra_metrics: Sequence[str] = ()) -> list[Panel]:
     """Figures for the canonical series present in any run, then the user-picked raw keys."""
     if not runs:
         return []
@@ -157,7 +158,7 @@ def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing
         """series: (metric id or raw key, legend suffix, dash); marks(used runs) returns
         extra (traces, shapes, annotations) drawn only when annotating."""
         traces: list[go.Scatter] = []
-        used: list[Run] = []
+        used: list[TrainingRun] = []
         for run in runs:
             for metric, suffix, dash in series:
                 key = resolved[run.name].get(metric, metric if metric in run.table else None)
@@ -189,7 +190,7 @@ def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing
         rounded = ROUNDING_NOTE if any(r.rounded for r in used) else ""
         panels.append(Panel(panel_id, title, fig, " ".join(n for n in (note, rounded) if n)))
 
-    def collapse_marks(used: list[Run]):
+    def collapse_marks(used: list[TrainingRun]):
         shapes, labels = [], []
         for run in used:
             a = by_run.get(run.name)
@@ -201,7 +202,7 @@ def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing
                                      colour, yanchor="bottom"))
         return [], shapes, labels
 
-    def spike_marks(used: list[Run]):
+    def spike_marks(used: list[TrainingRun]):
         traces = []
         for run in used:
             a = by_run.get(run.name)
@@ -238,17 +239,3 @@ def build_panels(runs: Sequence[Run], analyses: Sequence[RunAnalysis], smoothing
     for key in extra_metrics:
         add_panel(f"metric:{key}", key, [(key, "", "solid")])
     return panels
-
-
-def metric_choices(runs: Sequence[Run]) -> list[str]:
-    """Every raw key in any run, for a 'pick a metric' control."""
-    return sorted({key for run in runs for key in run.table.columns})
-
-
-def canonical_legend(runs: Sequence[Run]) -> list[tuple[str, str]]:
-    """(label, raw key) pairs of the canonical series found, for a legend of raw keys."""
-    seen: dict[str, str] = {}
-    for run in runs:
-        for metric_id, key in resolve_metrics(run.table.columns).items():
-            seen.setdefault(metric_label(metric_id), key)
-    return sorted(seen.items())

@@ -1,6 +1,6 @@
 """Runs and the metrics we know how to read from them.
 
-A `Run` is one training run: a name, a method label (GRPO or LLDS) and a step x metric table
+A `TrainingRun` is one training run: a name, a method label (GRPO or LLDS) and a step x metric table
 whose columns keep the raw logger keys. `CANONICAL` maps the verl / LLDS-fork keys onto the
 series the analysis and the plots speak about; anything else stays plottable by raw key.
 """
@@ -19,7 +19,7 @@ ROUNDED_FORMATS = frozenset({"verl-console"})
 
 
 @dataclass
-class Run:
+class TrainingRun:
     """One training run. `table` is indexed by integer step; columns are raw metric keys."""
 
     name: str
@@ -41,14 +41,14 @@ class Run:
 
 
 def make_run(name: str, table: pd.DataFrame, source: str, source_format: str,
-             notes: list[str] | None = None) -> Run:
-    """Build a Run with a sorted float table and a guessed method label."""
+             notes: list[str] | None = None) -> TrainingRun:
+    """Build a TrainingRun with a sorted float table and a guessed method label."""
     table = table.sort_index()
     table.index = table.index.astype("int64")
     table.index.name = "step"
     table = table.astype("float64")
     method, reason = guess_method(name, table)
-    return Run(name=name, table=table, source=source, source_format=source_format,
+    return TrainingRun(name=name, table=table, source=source, source_format=source_format,
                method=method, method_reason=reason, notes=list(notes or []))
 
 

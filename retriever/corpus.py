@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 DEFAULT = "default"
-ATTRIBUTION = "Documents: Wikipedia, CC BY-SA 4.0 (vital-article summaries)."
 _SUMMARIES = ("data", "summaries_en-us.json")
 
 

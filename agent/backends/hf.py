@@ -3,6 +3,9 @@
 One question's turns share a KV cache: the next turn feeds only the tokens the cache does
 not hold yet (the observation, and whatever re-tokenizing the cut turn changed), where
 Search-R1's infer.py re-encodes the whole context every turn.
+
+Why ~320 lines: streaming, batched generation and the KV-cache bookkeeping they share are
+one backend; split, the cache rules would be read in three places.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ thought, each search a panel titled with its query (pending while it runs, done 
 time) holding the documents, invalid actions marked, the answer a bubble of its own.
 Everything the model or the corpus wrote is HTML-escaped, so `<search>` or a document's
 `<script>` shows as text whatever the chatbot's `allow_tags` says.
+
+Why ~350 lines: the fold is one state machine over the event stream; the message builders
+and the live stats it uses are read with it.
 """
 
 from __future__ import annotations
