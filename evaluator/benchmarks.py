@@ -314,16 +314,9 @@ def load_with_warnings(
     return select(questions, limit=limit, sample=sample, seed=seed), notes
 
 
-def load_benchmark(
-    name: str,
-    data_dir: str | Path | None = None,
-    merged_parquet: str | Path | None = None,
-    limit: int | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-) -> list[Question]:
-    """Load and select one benchmark, reporting size/split mismatches as DataWarning."""
-    questions, notes = load_with_warnings(name, data_dir, merged_parquet, limit, sample, seed)
+def load_benchmark(name: str, *args: Any, **kwargs: Any) -> list[Question]:
+    """`load_with_warnings` (same arguments), reporting its notes as DataWarning."""
+    questions, notes = load_with_warnings(name, *args, **kwargs)
     for note in notes:
         warnings.warn(note, DataWarning, stacklevel=2)
     return questions

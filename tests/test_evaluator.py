@@ -15,7 +15,7 @@ from agent.loop import AgentSettings
 from agent.testing import ROOT
 from evaluator.benchmarks import Question
 from evaluator.report import write_summary
-from evaluator.rundir import RunMismatch, load_run, prepare_run_dir
+from evaluator.rundir import COMPARED, RunMismatch, load_run, prepare_run_dir, run_settings
 from evaluator.runner import evaluate
 from tests.scripted_backend import ScriptedBackend
 
@@ -169,3 +169,10 @@ def test_errored_questions_run_again_on_resume(tmp_path, local_retriever):
     again = list(evaluate(questions(), scripted(), local_retriever, AgentSettings(), path))
     assert len(again) == 4 and all(r.stop_reason == "answer" for r in again)
     assert len(load_run(run).records["nq"]) == 4  # the last record of each id counts
+
+
+def test_run_settings_hold_every_compared_setting():
+    """The CLI and the Evaluate tab both store run_settings: none can miss a setting."""
+    stored = run_settings("m", "ui", "app", AgentSettings(max_obs_tokens=300), seed=1,
+                          limit=None, sample=5, datasets=["nq"])
+    assert set(COMPARED) <= set(stored) and stored["max_obs_tokens"] == 300
