@@ -329,7 +329,7 @@ def tiny_scripted_model(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_real_model_ask_flow_through_session_and_render(tiny_scripted_model, bm25s_retriever):
+def test_real_model_ask_flow_through_pool_and_transcript(tiny_scripted_model, bm25s_retriever):
     from agent.config import BackendOptions
 
     pool = ModelPool(BackendOptions("transformers", device="cpu").load)
