@@ -102,8 +102,9 @@ def scripted_paths(tokenizer) -> dict[str, list[str]]:
     return {
         # After the prompt ("assistant\n"): think, then search.
         "\n": ["<think>", " the", "</think>", "<search>", *query, "</search>"],
-        # After an observation ("</information>\n\n"): answer.
-        "\n\n": ["<answer>", *answer, "</answer>"],
+        # After an observation ("</information>\n\n"): answer, then EOS (generation does
+        # not stop at `</answer>`: a later `</search>` would move the cut).
+        "\n\n": ["<answer>", *answer, "</answer>", "<|im_end|>"],
     }
 
 

@@ -22,14 +22,13 @@ from typing import Any
 
 from agent.events import Finished
 from agent.loop import AgentSettings
-from agent.protocol import extract_answer
 from evaluator.benchmarks import BENCHMARK_NAMES, BENCHMARKS, Question
 from evaluator.metrics import score_prediction
 
 # Settings that change the numbers: a stored run with other values is not resumed.
 COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens",
             "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
-            "stop_on_eos")
+            "stop_on_eos", "on_context_full")
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
 
 
@@ -62,6 +61,7 @@ class Record:
     trajectory: str = ""
     retrieved: list[str] = field(default_factory=list)
     error: str | None = None
+    context_cuts: int = 0  # turns generated from a left-cut context (Finished.context_cuts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,8 +80,9 @@ class Record:
 
 
 def prediction_of(finished: Finished) -> str | None:
-    """The answer a run is scored on: the one place the prediction is chosen."""
-    return extract_answer(finished.response)
+    """The answer a run is scored on: the agent's own (`Finished.answer`, computed once from
+    the model's turns by `agent.protocol.answer_of`), never re-derived from the text."""
+    return finished.answer
 
 
 def failure_reason(finished: Finished) -> str | None:
@@ -108,7 +109,8 @@ def make_record(question: Question, finished: Finished) -> Record:
         invalid_actions=finished.invalid_actions, new_tokens=finished.new_tokens,
         seconds=round(finished.seconds, 3), stop_reason=finished.stop_reason,
         response=finished.response, trajectory=finished.trajectory,
-        retrieved=list(finished.retrieved), error=finished.error)
+        retrieved=list(finished.retrieved), error=finished.error,
+        context_cuts=finished.context_cuts)
 
 
 # ---------------------------------------------------------------------------- files
@@ -181,7 +183,7 @@ def run_settings(model: str, backend: str, retriever: str, settings: AgentSettin
             "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
             "temperature": settings.temperature, "top_p": settings.top_p, "seed": seed,
             "limit": limit, "sample": sample, "stop_on_eos": settings.stop_on_eos,
-            "datasets": list(datasets)}
+            "on_context_full": settings.on_context_full, "datasets": list(datasets)}
 
 
 def read_settings(run_dir: str | Path) -> dict[str, Any]:
