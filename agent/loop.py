@@ -134,8 +134,9 @@ class _QuestionState:
         if action.kind == "answer":
             # The action is the turn's first block; the prediction its last `<answer>` (they
             # differ in `<answer> x </answer> <answer> y </answer> <search> q </search>`).
-            # (Never None here: the action's own block is an `<answer>` match.)
-            return [AnswerGiven(self.answer or action.content)], None, self.finish("answer")
+            # Never None here: the action's own block is an `<answer>` match.
+            answer = self.answer if self.answer is not None else action.content
+            return [AnswerGiven(answer)], None, self.finish("answer")
         if self.final:  # the closing round: an action is parsed, but no search states
             return [], None, self.finish("max_turns")
         if action.kind == "search":
