@@ -355,8 +355,9 @@ class TransformersBackend:
             kept = new_ids if eos_at is None else new_ids[:eos_at]
             text = self.decode(kept)
             stop = self._stopped(text)
-            if stop >= 0:
-                outputs.append(TurnOutput(text[:stop], self._tokens_until(kept, stop), "stop"))
+            if stop >= 0:  # the text of the tokens up to the stop, as `stream` gives it
+                n = self._tokens_until(kept, stop)
+                outputs.append(TurnOutput(self.decode(kept[:n]), n, "stop"))
             elif eos_at is not None:
                 outputs.append(TurnOutput(text, eos_at + 1, "eos"))
             else:
