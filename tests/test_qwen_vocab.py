@@ -167,14 +167,16 @@ def test_loop_on_qwen_tokens_keeps_tags_in_stream_trajectory_and_record(qwen, lo
 
 
 def test_kv_reuse_and_batching_equal_reencoding(qwen, local_retriever):
-    settings = AgentSettings(max_turns=2, max_new_tokens=8)
+    if qwen.version == "qwen3-think-special":
+        pytest.skip("the qwen3 vocabulary again: run once, as qwen3")
+    settings = AgentSettings(max_turns=1, max_new_tokens=8)
     reuse = TransformersBackend(qwen.random_dir, reuse_cache=True)
     fresh = TransformersBackend(qwen.random_dir, reuse_cache=False)
-    questions = ["who wrote hamlet", "capital of peru", "東京の人口は"]
+    questions = ["who wrote hamlet", "東京の人口は"]
     one_by_one = [list(run_agent(q, fresh, local_retriever, settings))[-1] for q in questions]
     for q, expected in zip(questions, one_by_one, strict=True):
         got = list(run_agent(q, reuse, local_retriever, settings))[-1]
-        assert got.trajectory == expected.trajectory and got.new_tokens == 3 * 8
+        assert got.trajectory == expected.trajectory and got.new_tokens == 2 * 8
     batched = dict(run_agent_batch(questions, reuse, local_retriever, settings))
     for i, expected in enumerate(one_by_one):
         assert batched[i].trajectory == expected.trajectory, i

@@ -182,6 +182,7 @@ class TransformersBackend:
         self.control_ids = _control_ids(self.tokenizer)
         # Only benchmarks/stop_rule.py changes them (to measure the old `</answer>` stop).
         self.stop_strings = tuple(stop_strings)
+        self._stop_criteria = None  # built on first use: it indexes the whole vocabulary
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.eos_ids[0])
         self.reuse_cache = reuse_cache
@@ -215,6 +216,15 @@ class TransformersBackend:
         return self.tokenizer.decode([i for i in ids if i not in self.control_ids],
                                      skip_special_tokens=False)
 
+    def _stops(self, *extra) -> list:
+        """Stopping criteria: the stop strings (built once; passing `stop_strings` to
+        generate rebuilds them per call, seconds for Qwen's 151k tokens), then `extra`."""
+        from transformers import StopStringCriteria
+
+        if self._stop_criteria is None:
+            self._stop_criteria = StopStringCriteria(self.tokenizer, list(self.stop_strings))
+        return [self._stop_criteria, *extra]
+
     def _stopped(self, text: str) -> int:
         """Index just past the first stop string in `text`; -1 when none."""
         ends = [i + len(tag) for tag in self.stop_strings if (i := text.find(tag)) != -1]
@@ -224,8 +234,7 @@ class TransformersBackend:
         import torch
 
         kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_ids,
-                  "pad_token_id": self.pad_id, "stop_strings": list(self.stop_strings),
-                  "tokenizer": self.tokenizer, "do_sample": not sampling.greedy,
+                  "pad_token_id": self.pad_id, "do_sample": not sampling.greedy,
                   # Instruct checkpoints ship a repetition penalty in generation_config;
                   # Search-R1's rollouts and evaluation used none.
                   "repetition_penalty": 1.0}
@@ -293,8 +302,8 @@ class TransformersBackend:
                             input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                             cache=cache, streamer=streamer,
                             return_dict_in_generate=True,
-                            stopping_criteria=StoppingCriteriaList([_Cancel(cancel,
-                                                                            abandoned)]),
+                            stopping_criteria=StoppingCriteriaList(
+                                self._stops(_Cancel(cancel, abandoned))),
                             **self._generation_kwargs(max_new_tokens, sampling))
                 except BaseException as err:  # re-raised in the consumer's thread
                     result["error"] = err
@@ -324,7 +333,7 @@ class TransformersBackend:
                  sampling: Sampling,
                  keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
         import torch
-        from transformers import DynamicCache
+        from transformers import DynamicCache, StoppingCriteriaList
 
         keep_last = keep_last or [None] * len(contexts)
         # A left-cut row starts unlike its cached row, so `extend` finds no match and the
@@ -344,6 +353,7 @@ class TransformersBackend:
                 input_ids=input_ids.to(self.model.device),
                 attention_mask=mask.to(self.model.device), cache=cache,
                 return_dict_in_generate=True,
+                stopping_criteria=StoppingCriteriaList(self._stops()),
                 **self._generation_kwargs(max(max_new_tokens), sampling))
         width = input_ids.shape[1]
         outputs, kept_tokens = [], []
