@@ -130,13 +130,12 @@ def _control_ids(tokenizer) -> set[int]:
 def _streamer(tokenizer, control: set[int]):
     """A TextIteratorStreamer that leaves out control tokens (see `_control_ids`). It holds
     text back until a word ends, so a character split over tokens is never shown broken."""
+    import torch
     from transformers import TextIteratorStreamer
 
     class Streamer(TextIteratorStreamer):
         def put(self, value):
             if not self.next_tokens_are_prompt and control:  # the prompt is skipped whole
-                import torch
-
                 value = value.reshape(-1)
                 keep = torch.tensor([int(t) not in control for t in value], dtype=torch.bool,
                                     device=value.device)
