@@ -10,6 +10,7 @@ from pathlib import Path
 
 from retriever.corpus import CorpusError
 from retriever.engine import ENGINES, open_engine
+from retriever.pyserini_compat import DEFAULT_JAVA_HEAP, set_java_heap
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -23,20 +24,28 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                              "bm25s dir, or a FAISS file such as e5_Flat.index (dense)")
     parser.add_argument("--encoder", default=os.environ.get("RETRIEVER_ENCODER"),
                         help="dense encoder, hub id or path (default intfloat/e5-base-v2)")
+    parser.add_argument("--java-heap", default=os.environ.get("RETRIEVER_JAVA_HEAP",
+                                                              DEFAULT_JAVA_HEAP),
+                        help="the bm25 engine's JVM heap limit, as java -Xmx (default "
+                             f"{DEFAULT_JAVA_HEAP})")
 
 
 def _open(args: argparse.Namespace):
+    if args.engine == "bm25":
+        set_java_heap(args.java_heap)
     return open_engine(args.engine, corpus=args.corpus, index=args.index, encoder=args.encoder)
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from retriever.server import serve
 
+    if args.max_queries < 1 or args.max_body_mb <= 0:
+        raise ValueError("--max-queries and --max-body-mb must be positive.")
     engine = _open(args)
     print(f"{engine.name} over {engine.num_docs} documents; POST "
           f"http://{args.host}:{args.port}/retrieve", file=sys.stderr)
     serve(engine, host=args.host, port=args.port, default_topk=args.topk,
-          max_queries=args.max_queries)
+          max_queries=args.max_queries, max_body_mb=args.max_body_mb)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -59,6 +68,8 @@ def cmd_index(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from retriever.server import MAX_BODY_MB, MAX_QUERIES
+
     parser = argparse.ArgumentParser(prog="python -m retriever",
                                      description="Search-R1 compatible retrieval.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -68,9 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default=os.environ.get("RETRIEVER_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("RETRIEVER_PORT", 8000)))
     serve.add_argument("--max-queries", type=int,
-                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", 1000)),
-                       help="queries allowed in one request (Search-R1 training sends a "
-                            "whole batch at once: raise this for big batches)")
+                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", MAX_QUERIES)),
+                       help="queries allowed in one request (Search-R1 training sends a whole "
+                            f"rollout batch at once; default {MAX_QUERIES})")
+    serve.add_argument("--max-body-mb", type=float,
+                       default=float(os.environ.get("RETRIEVER_MAX_BODY_MB", MAX_BODY_MB)),
+                       help=f"largest request body in MiB (default {MAX_BODY_MB}); bigger "
+                            "ones get a 413")
     search = sub.add_parser("search", help="print the documents retrieved for one query")
     search.add_argument("query")
     search.add_argument("--topk", type=int, default=3)

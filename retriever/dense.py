@@ -14,6 +14,7 @@ from pathlib import Path
 
 from retriever.corpus import CorpusError, cache_dir, corpus_key, load_records
 from retriever.doc import Doc
+from retriever.engine import IsolatedSearch
 
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
 
@@ -55,7 +56,7 @@ class Encoder:
         return vectors
 
 
-class DenseRetriever:
+class DenseRetriever(IsolatedSearch):
     name = "dense"
 
     def __init__(self, corpus: Path, index: str | Path | None = None,
@@ -91,7 +92,7 @@ class DenseRetriever:
         self.index_path = path
         self.num_docs = len(self.records)
 
-    def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
+    def search_batch(self, queries: list[str], topk: int) -> list[list[Doc]]:
         if not queries:
             return []
         vectors = self.encoder.encode([self.query_prefix + q for q in queries])
