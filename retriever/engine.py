@@ -98,8 +98,13 @@ def _reason(err: Exception) -> str:
 
 
 def open_engine(engine: str = "bm25", corpus: str | None = "default", index: str | None = None,
-                encoder: str | None = None, threads: int | None = None) -> Engine:
-    """Open (building and caching on first use) an engine over a corpus."""
+                encoder: str | None = None, threads: int | None = None,
+                dense: dict | None = None) -> Engine:
+    """Open (building and caching on first use) an engine over a corpus. `dense` holds the
+    dense engine's index options (mmap, nprobe, ef_search, rerank_flat, gpu)."""
+    if dense and engine != "dense":
+        raise ValueError(f"{', '.join(sorted(dense))}: options of the dense engine, not "
+                         f"{engine}.")
     if engine == "bm25":
         from retriever.lucene import open_lucene
 
@@ -113,5 +118,5 @@ def open_engine(engine: str = "bm25", corpus: str | None = "default", index: str
         from retriever.dense import DEFAULT_ENCODER, DenseRetriever
 
         return DenseRetriever(resolve_corpus(corpus), index=index,
-                              encoder=encoder or DEFAULT_ENCODER)
+                              encoder=encoder or DEFAULT_ENCODER, **(dense or {}))
     raise ValueError(f"Unknown engine {engine!r}: choose one of {', '.join(ENGINES)}.")
