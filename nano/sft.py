@@ -92,7 +92,7 @@ def make_batches(lengths: list[int], batch_tokens: int, rng: random.Random) -> l
 
 def progress(config: TrainConfig, step: int, seconds: float) -> float:
     """How far through the run (0..1): by steps, or by the time budget if that is nearer."""
-    frac = step / max(1, config.steps)
+    frac = step / config.steps if config.steps > 0 else 1.0
     if config.minutes > 0:
         frac = max(frac, seconds / (60 * config.minutes))
     return min(1.0, frac)
