@@ -59,12 +59,16 @@ def train_parser() -> argparse.ArgumentParser:
         p.add_argument("--" + name.replace("_", "-"), type=int,
                        default=int(_env("NANO_" + name.upper(), d[name].default)),
                        help=f"[NANO_{name.upper()}]")
-    for name in ("minutes", "lr", "weight_decay", "doc_weight", "doc_fade_start", "doc_fade_end"):
+    for name in ("minutes", "content_weight", "lr", "weight_decay", "doc_weight",
+                 "doc_fade_start", "doc_fade_end"):
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=float(_env("NANO_" + name.upper(), d[name].default)),
                        help=f"[NANO_{name.upper()}]")
     p.add_argument("--limit", type=int, default=_env("NANO_LIMIT", None),
                    help="at most this many trajectories [NANO_LIMIT]")
+    p.add_argument("--first-turns", action="store_true",
+                   default=_env("NANO_FIRST_TURNS", "") not in ("", "0"),
+                   help="also train on each run's first turn alone [NANO_FIRST_TURNS]")
     return p
 
 

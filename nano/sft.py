@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-PROMPT, OWN, INSERTED = 0, 1, 2  # what each token is, for the loss weights
+PROMPT, OWN, INSERTED, CONTENT = 0, 1, 2, 3  # what each token is, for the loss weights
 
 
 @dataclass(frozen=True)
@@ -41,23 +41,53 @@ class TrainConfig:
     doc_fade_start: float = 0.4  # ... at full weight until this fraction of the steps ...
     doc_fade_end: float = 0.7  # ... and 0 from here on (the state-masked objective alone)
     limit: int | None = None  # at most this many trajectories
+    # Also train on each trajectory's first turn alone (prompt + first search): the same
+    # tokens as its start, ten times cheaper, so copying the question into the query is seen
+    # far more often per second of training.
+    first_turns: bool = False
+    # Weight of the model's tokens inside <search>/<answer> (the query and the answer) against
+    # its other tokens (the fixed wording around them, learnt in a few hundred steps).
+    content_weight: float = 1.0
     seed: int = 0
     threads: int = 2
     save_every: int = 100
     log_every: int = 25
 
 
-def encode_record(record: dict, tokenizer) -> tuple[list[int], list[int]]:
-    """Token ids and their kinds, segment by segment as the backend tokenizes a context."""
+def encode_record(record: dict, tokenizer, turns: int | None = None
+                  ) -> tuple[list[int], list[int]]:
+    """Token ids and their kinds, segment by segment as the backend tokenizes a context.
+
+    With `turns`, only the prompt and that many segments after it (a prefix of the run).
+    """
     ids, kinds = [], []
-    segments = record["segments"]
+    segments = record["segments"] if turns is None else record["segments"][:turns + 1]
     for n, (text, generated) in enumerate(segments):
         piece = tokenizer(text, add_special_tokens=False)["input_ids"]
         ids += piece
-        kinds += [OWN if generated else (PROMPT if n == 0 else INSERTED)] * len(piece)
+        if generated:
+            kinds += _own_kinds(piece, tokenizer)
+        else:
+            kinds += [PROMPT if n == 0 else INSERTED] * len(piece)
+    if turns is not None and turns + 1 < len(record["segments"]):
+        return ids, kinds
     ids.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))  # the answer ends the turn
     kinds.append(OWN)
     return ids, kinds
+
+
+def _own_kinds(piece: list[int], tokenizer) -> list[int]:
+    """OWN for a turn's tokens, CONTENT for those inside its <search> or <answer> tags."""
+    opening = {tokenizer.convert_tokens_to_ids(t) for t in ("<search>", "<answer>")}
+    closing = {tokenizer.convert_tokens_to_ids(t) for t in ("</search>", "</answer>")}
+    kinds, inside = [], False
+    for token in piece:
+        if token in closing:
+            inside = False
+        kinds.append(CONTENT if inside else OWN)
+        if token in opening:
+            inside = True
+    return kinds
 
 
 def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
@@ -66,8 +96,11 @@ def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[
         for line in lines:
             if config.limit and len(examples) >= config.limit:
                 break
-            ids, kinds = encode_record(json.loads(line), tokenizer)
+            record = json.loads(line)
+            ids, kinds = encode_record(record, tokenizer)
             examples.append((ids[:config.max_len], kinds[:config.max_len]))
+            if config.first_turns:
+                examples.append(encode_record(record, tokenizer, turns=1))
     if not examples:
         raise ValueError(f"{config.data} holds no trajectories: run `python -m nano data` first.")
     return examples
@@ -125,7 +158,7 @@ def model_config(config: TrainConfig, tokenizer):
         eos_token_id=eos[0], pad_token_id=tokenizer.pad_token_id)
 
 
-def batch_loss(model, examples, indices, doc_weight: float):
+def batch_loss(model, examples, indices, doc_weight: float, content_weight: float = 1.0):
     """(loss to minimise, own-token loss, inserted-text loss, tokens) for one batch."""
     import torch
     import torch.nn.functional as F
@@ -143,8 +176,9 @@ def batch_loss(model, examples, indices, doc_weight: float):
     target, kind = ids[:, 1:], kinds[:, 1:]
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
                          reduction="none").view_as(target)
-    own, inserted = kind == OWN, kind == INSERTED
-    own_loss = (ce * own).sum() / own.sum().clamp(min=1)
+    inserted = kind == INSERTED
+    mine = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
+    own_loss = (ce * mine).sum() / mine.sum().clamp(min=1)
     doc_loss = (ce * inserted).sum() / inserted.sum().clamp(min=1)
     loss = own_loss + doc_weight * doc_loss if doc_weight > 0 else own_loss
     return loss, own_loss.item(), doc_loss.item(), ids.numel()
@@ -235,7 +269,8 @@ def train(config: TrainConfig, log=print) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = lr = lr_at(config, step, frac)
         weight = doc_weight_at(config, frac)
-        loss, own, doc, n = batch_loss(model, examples, batch_for(step), weight)
+        loss, own, doc, n = batch_loss(model, examples, batch_for(step), weight,
+                                      config.content_weight)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -79,8 +79,11 @@ def test_state_masking(micro_data):
     tokenizer = AutoTokenizer.from_pretrained(str(micro_data / "tokenizer"))
     record = json.loads((micro_data / "train.jsonl").read_text().splitlines()[0])
     ids, kinds = encode_record(record, tokenizer)
-    own = tokenizer.decode([i for i, k in zip(ids, kinds, strict=True) if k == 1])
+    own = tokenizer.decode([i for i, k in zip(ids, kinds, strict=True) if k in (1, 3)])
     mine = "".join(text for text, generated in record["segments"] if generated)
     assert own == mine + "<|im_end|>"
+    content = tokenizer.decode([i for i, k in zip(ids, kinds, strict=True) if k == 3])
+    actions = [protocol.parse_action(t).content for t, g in record["segments"] if g]
+    assert content.split() == " ".join(actions).split()  # the queries and the answer
     inserted = tokenizer.decode([i for i, k in zip(ids, kinds, strict=True) if k == 2])
     assert "<information>" in inserted and "<think>" not in inserted
