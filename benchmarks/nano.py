@@ -32,8 +32,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from app.agent import AgentSettings, run_agent_batch  # noqa: E402
-from app.backends.hf import TransformersBackend  # noqa: E402
+from agent.backends.hf import TransformersBackend  # noqa: E402
+from agent.loop import AgentSettings, run_agent_batch  # noqa: E402
 from evaluator.metrics import exact_match  # noqa: E402
 from nano.evaluate import BENCHMARK, EmptyRetriever, load_questions, run_one_by_one, score  # noqa: E402
 from retriever.client import LocalRetriever  # noqa: E402

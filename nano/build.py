@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.agent import AgentSettings
+from agent.loop import AgentSettings
 from nano.data import BENCHMARK_NAME, benchmark_questions, build_questions, write_benchmark
 from nano.questions import Question
 from nano.teacher import trajectories

@@ -7,7 +7,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from app.agent import AgentSettings, run_agent
+from agent.loop import AgentSettings, run_agent
 from evaluator.metrics import exact_match
 from nano.questions import stable_int
 

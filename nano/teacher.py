@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from app import protocol
-from app.agent import AgentSettings, run_agent_batch
-from app.backends.base import Sampling, TurnOutput
+from agent import protocol
+from agent.backends.base import Sampling, TurnOutput
+from agent.loop import AgentSettings, run_agent_batch
 from nano.questions import Question
 
 SEARCH_FIRST = "<think> I need to search for this. </think>\n<search> {q} </search>"

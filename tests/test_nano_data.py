@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app import protocol
-from app.agent import AgentSettings
+from agent import protocol
+from agent.loop import AgentSettings
 from nano.data import benchmark_questions, build_questions, read_human, to_record
 from nano.questions import Question, articles_from_records, held_out
 from nano.teacher import TeacherBackend, documents_in, trajectories

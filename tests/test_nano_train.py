@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app import protocol
-from app.agent import AgentSettings, run_agent
+from agent import protocol
+from agent.loop import AgentSettings, run_agent
 from nano.sft import TrainConfig, encode_record, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ def micro_data(tmp_path_factory) -> Path:
 
 def _well_formed_first_turns(model_dir: Path, questions: list[str]) -> int:
     """How many first turns hold a parsable action (one turn each, greedy)."""
-    from app.backends.hf import TransformersBackend
+    from agent.backends.hf import TransformersBackend
 
     backend = TransformersBackend(str(model_dir), device="cpu")
     settings = AgentSettings(max_turns=0, max_new_tokens=40)  # the closing round only
