@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app import protocol
-from app.agent import AgentSettings
+from agent import protocol
+from agent.loop import AgentSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets" / "nano-agent"
@@ -30,7 +30,7 @@ WITHOUT_SAMPLE = 15  # an empty retriever makes runs long (every round searches 
 def backend():
     import torch
 
-    from app.backends.hf import TransformersBackend
+    from agent.backends.hf import TransformersBackend
 
     torch.set_num_threads(2)
     return TransformersBackend(str(MODEL), device="cpu")
