@@ -99,7 +99,7 @@ class TeacherBackend:
     # Turns -------------------------------------------------------------------------------
     def _observation(self, query: str) -> str:
         docs = self.retriever.search([query], self.settings.topk)[0]
-        rendered = protocol.render_documents(protocol.contents_of(docs))
+        rendered = protocol.render_documents([doc.contents for doc in docs])
         return self.truncate(protocol.observation(rendered), self.settings.max_obs_tokens)
 
     def _reformulation(self, question: Question) -> str | None:

@@ -109,7 +109,7 @@ def test_evaluator_loads_vitalqa_from_a_data_dir():
 def _docs_as_observation(backend: TeacherBackend, retriever, query: str) -> str:
     docs = retriever.search([query], 3)[0]
     return backend.truncate(
-        protocol.observation(protocol.render_documents(protocol.contents_of(docs))), 500)
+        protocol.observation(protocol.render_documents([doc.contents for doc in docs])), 500)
 
 
 def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
