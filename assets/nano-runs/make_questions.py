@@ -17,7 +17,6 @@ from pathlib import Path
 def main(out: Path) -> None:
     from nano.data import build_questions
     from nano.questions import stable_int
-
     from retriever.corpus import load_records, resolve_corpus
 
     out.mkdir(parents=True, exist_ok=True)
