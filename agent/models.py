@@ -111,11 +111,11 @@ def default_model(gpu: bool | None = None, cache_dir: str | Path | None = None) 
 
 
 def model_flag(value: str) -> str:
-    """argparse `type` of --model: `auto` (the default) becomes `default_model()`; argparse
+    """argparse `type` of --model: `auto` (the default) or "" becomes `default_model()`; argparse
     converts a string default only when the flag is absent, so an explicit --model wins and
     the GPU and cache checks run only when they decide something."""
     value = value.strip()
-    return default_model() if value == AUTO else value
+    return default_model() if value in (AUTO, "") else value  # an empty LLDS_MODEL: unset
 
 
 def default_pair(model: str) -> tuple[str, str]:

@@ -52,9 +52,21 @@ def checked(name: str, value, integer: bool = False):
     return inputs.number(label, value, low, high, integer=integer)
 
 
+def nano_examples(studio: Studio) -> list[str]:
+    """Held-out questions the nano agent answers (assets/ask_examples.json), when the
+    studio's default model is a nano one; [] otherwise."""
+    from agent.models import NANO, NANO_GRPO, NANO_LLDS
+    from app.ui.examples import load_examples
+
+    nano = (NANO, NANO_GRPO, NANO_LLDS)
+    if studio.default_model not in nano and not set(studio.compare_pair or ()) & set(nano):
+        return []
+    return load_examples()
+
+
 def ask_examples(studio: Studio) -> list[str]:
-    """Questions for the Ask tab's examples (and the Compare tab's first question)."""
-    return CORPUS_EXAMPLES
+    """Questions for the Ask tab's first examples (and the Compare tab's first question)."""
+    return nano_examples(studio) or CORPUS_EXAMPLES
 
 
 def first_example(studio: Studio) -> str:
@@ -114,7 +126,11 @@ class AskTab:
                     self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                                  elem_id="ask-stop")
                     self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
-                gr.Examples(ask_examples(studio), inputs=[self.question],
+                if nano_examples(studio):
+                    gr.Examples(nano_examples(studio), inputs=[self.question],
+                                label="The nano agent answers these (held-out questions "
+                                      "about the embedded corpus)")
+                gr.Examples(CORPUS_EXAMPLES, inputs=[self.question],
                             label="The embedded corpus knows")
                 gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
                             label="Benchmark style (NQ / HotpotQA)")

@@ -52,13 +52,15 @@ class CompareTab:
                                 elem_id="compare-button")
             self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                          elem_id="compare-stop")
-        self.models, self.chats, self.stats = [], [], []
+        self.models, self.infos, self.chats, self.stats = [], [], [], []
         pair = studio.compare_pair or (studio.baseline_model, studio.default_model)
         with gr.Row():
             for side, default in zip(("a", "b"), pair, strict=True):
                 with gr.Column():
                     self.models.append(model_picker(studio, default, f"Model {side.upper()}",
                                                     f"compare-model-{side}"))
+                    self.infos.append(gr.Markdown(studio.model_info(default),
+                                                  elem_id=f"compare-model-info-{side}"))
                     self.chats.append(gr.Chatbot(
                         label=f"Model {side.upper()}", height=480, allow_tags=False,
                         sanitize_html=True, group_consecutive_messages=False,
@@ -113,7 +115,17 @@ class CompareTab:
     def stop(self, request: gr.Request) -> None:
         self.studio.runs.stop(session_of(request), COMPARE_SLOTS, wait=3.0)
 
+    def model_changed(self, info: gr.Markdown):
+        """The handler for one side's picker: what the picked model is."""
+        def changed(model) -> dict:
+            return {info: self.studio.model_info(model if isinstance(model, str) else "")}
+
+        return changed
+
     def wire(self) -> None:
+        for picker, info in zip(self.models, self.infos, strict=True):
+            picker.change(self.model_changed(info), picker, info, queue=False,
+                          api_visibility="private")
         event = self.go.click(self.run, [self.question, *self.models, *self.controls],
                               [*self.chats, *self.stats, self.table], api_name="compare",
                               concurrency_id="agent", concurrency_limit=self.studio.concurrency)

@@ -273,7 +273,9 @@ class Transcript:
             self._apply_finished(event)
 
     def _apply_status(self, status: ModelStatus) -> None:
-        name = escape(status.model)
+        from agent.models import label
+
+        name = escape(label(status.model))  # "nano" reads as what it is
         titles = {"loading": f"Loading model {name}", "waiting": f"Waiting for {name}",
                   "ready": f"Model {name} ready", "failed": f"Model {name} could not be loaded"}
         message: Message = {"role": "assistant", "content": escape(status.detail) or "…",
