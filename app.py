@@ -1,10 +1,15 @@
-"""Start the studio: `python app.py [--model ID|PATH] [--retriever-url URL] [--port 7860]`.
+"""Start the studio: `python app.py [--model ID|PATH|nano] [--retriever-url URL] [--port 7860]`.
 
 The model and retriever flags are `agent.config`'s, as for `python -m app.infer` and the
 evaluator; every flag has an environment fallback (for Hugging Face Spaces, which set
 GRADIO_SERVER_NAME themselves to listen on all interfaces). With no flags: the in-process
-BM25 retriever over the embedded corpus, the flagship model loaded on first use,
-127.0.0.1:7860.
+BM25 retriever over the embedded corpus, 127.0.0.1:7860, and the default model of
+`agent.models.default_model` (the flagship where a GPU and the checkpoint are at hand, else
+the nano agent), loaded on first use.
+
+Bound beyond loopback (`--host 0.0.0.0`) or with `--share`, visitors may load only the
+registry's models and those named here, and no server paths (`app.ui.access`), unless
+`--allow-local-paths`.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from __future__ import annotations
 import argparse
 
 from agent.config import add_model_flags, add_retriever_flags, env
-from agent.models import DEFAULT_BASELINE
+
+
+def _on(name: str) -> bool:
+    return (env(name) or "").lower() in ("1", "true", "yes")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -20,17 +28,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_model_flags(parser)
     add_retriever_flags(parser)
     group = parser.add_argument_group("studio")
-    group.add_argument("--baseline", default=env("LLDS_BASELINE", DEFAULT_BASELINE),
-                       help="Compare tab's other model (env LLDS_BASELINE)")
+    group.add_argument("--baseline", default=env("LLDS_BASELINE"),
+                       help="Compare tab's model A (B is --model); default: beside the nano "
+                            "agent its GRPO and LLDS versions side by side, else the Search-R1 "
+                            "PPO baseline (env LLDS_BASELINE)")
     group.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
     group.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
-    group.add_argument("--share", action="store_true",
-                       default=(env("LLDS_SHARE") or "").lower() in ("1", "true", "yes"))
+    group.add_argument("--share", action="store_true", default=_on("LLDS_SHARE"),
+                       help="a public Gradio share link (env LLDS_SHARE)")
+    group.add_argument("--allow-local-paths", action="store_true",
+                       default=_on("LLDS_ALLOW_LOCAL_PATHS"),
+                       help="when bound beyond loopback or shared, still let visitors load "
+                            "any model (a directory on this server or any hub repo) and read "
+                            "any data directory; RISK: anyone who reaches the page can then "
+                            "read datasets on this machine and fill its disk and memory "
+                            "(env LLDS_ALLOW_LOCAL_PATHS)")
     group.add_argument("--concurrency", type=int, default=int(env("LLDS_CONCURRENCY", "4")),
                        help="runs the queue serves at once (env LLDS_CONCURRENCY)")
     group.add_argument("--no-warm-up", action="store_true",
                        help="don't open the in-process retriever at start-up")
     return parser.parse_args(argv)
+
+
+def studio_plan(args: argparse.Namespace):
+    """(the Compare tab's pair (A, B), the access policy) that the flags ask for."""
+    from agent.models import default_pair
+    from app.ui.access import Access
+
+    pair = (args.baseline, args.model) if args.baseline else default_pair(args.model)
+    access = Access.for_launch(args.host, args.share, args.allow_local_paths,
+                               named=(args.model, *pair))
+    return pair, access
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,12 +68,13 @@ def main(argv: list[str] | None = None) -> None:
     from app.ui.evaluate_tab import evaluate_tab
     from app.ui.model_pool import warm_up
 
+    pair, access = studio_plan(args)
     retriever = make_retriever(args)
     if not args.no_warm_up:
         warm_up(retriever)  # the JVM and the index start while the page loads
     demo = build_app(backend_options(args).load, retriever, default_model=args.model,
-                     baseline_model=args.baseline, concurrency=args.concurrency,
-                     extra_tabs=[evaluate_tab])
+                     baseline_model=pair[0], concurrency=args.concurrency,
+                     extra_tabs=[evaluate_tab], access=access, compare_pair=pair)
     demo.launch(**launch_options(args.host, args.port, args.share))
 
 

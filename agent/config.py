@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from agent.backends.base import Backend
 from agent.loop import CONTEXT_FULL_RULES, AgentSettings
-from agent.models import DEFAULT_MODEL
+from agent.models import AUTO, model_flag, resolve
 
 BACKENDS = ("transformers", "openai")
 DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
@@ -25,8 +25,10 @@ def env(name: str, default: str | None = None) -> str | None:
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", default=env("LLDS_MODEL", DEFAULT_MODEL),
-                       help="hub id or local path (env LLDS_MODEL)")
+    group.add_argument("--model", default=env("LLDS_MODEL", AUTO), type=model_flag,
+                       help="hub id, local path, or a shipped model's short name (nano); "
+                            "default auto: the flagship LLDS checkpoint where a GPU and the "
+                            "checkpoint are at hand, else the nano agent (env LLDS_MODEL)")
     group.add_argument("--backend", choices=BACKENDS, default=env("LLDS_BACKEND", "transformers"),
                        help="model backend (env LLDS_BACKEND)")
     group.add_argument("--base-url", default=env("LLDS_BASE_URL", DEFAULT_BASE_URL),
@@ -98,7 +100,9 @@ class BackendOptions:
     concurrency: int = 16  # requests in flight (openai)
 
     def load(self, model: str) -> Backend:
-        """The backend for `model` (hub id, local path, or a served name); ModelLoadError."""
+        """The backend for `model` (hub id, local path, a shipped model's short name, or a
+        served name); ModelLoadError."""
+        model = resolve(model)
         if self.kind == "openai":
             from agent.backends.openai_compat import OpenAIBackend
 

@@ -1,4 +1,12 @@
-"""The model registry (data in assets/models.json) and fast, clear load checks."""
+"""The model registry (data in assets/models.json), the default-model rule, and fast, clear
+load checks.
+
+The default-model rule lives here and only here (`default_model`, `default_pair`): the
+flagship LLDS checkpoint where it can run (a GPU, and the checkpoint cached or the Hub
+reachable), else the nano agent shipped under assets/ (not an LLDS checkpoint: the studio's
+embedded default, trained by this project on the embedded corpus). Registry entries with a
+`path` are files of this repository, selectable by their short id (`--model nano`).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,14 @@ from pathlib import Path
 
 from agent.backends.base import ModelLoadError
 
-REGISTRY_FILE = Path(__file__).resolve().parent.parent / "assets" / "models.json"
+ROOT = Path(__file__).resolve().parent.parent
+REGISTRY_FILE = ROOT / "assets" / "models.json"
 DEFAULT_MODEL = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
 DEFAULT_BASELINE = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo"
+AUTO = "auto"  # what --model means when not given: `default_model()` decides
+NANO = "nano"  # the nano search agent (assets/nano-agent)
+NANO_GRPO = "nano-grpo"  # the nano agent after GRPO (assets/nano-runs/…)
+NANO_LLDS = "nano-llds"  # the nano agent after GRPO + LLDS
 
 
 @dataclass(frozen=True)
@@ -23,6 +36,17 @@ class ModelInfo:
     description: str = ""
     base: str = ""
     size: str = ""
+    path: str = ""  # a directory of this repository (relative to its root); "" for hub ids
+
+    @property
+    def local(self) -> Path | None:
+        """The model's directory when it ships with the repository, else None."""
+        return ROOT / self.path if self.path else None
+
+    @property
+    def available(self) -> bool:
+        """A shipped model is available when its files are here; a hub id always is."""
+        return self.local is None or (self.local / "config.json").is_file()
 
 
 @cache
@@ -33,6 +57,80 @@ def registry() -> tuple[ModelInfo, ...]:
 
 def lookup(model: str) -> ModelInfo | None:
     return next((m for m in registry() if m.id == model), None)
+
+
+def resolve(model: str) -> str:
+    """What a backend loads for `model`: a shipped model's directory, else `model` itself.
+
+    A shipped model whose files are missing is a ModelLoadError that says so.
+    """
+    info = lookup(model)
+    if info is None or info.local is None:
+        return model
+    if not info.available:
+        raise ModelLoadError(f"{model} ({info.label}) should be in {info.path}/, which this "
+                             "checkout does not have. Update the checkout, or pick another "
+                             "model.")
+    return str(info.local)
+
+
+def shipped(model: str) -> bool:
+    info = lookup(model)
+    return info is not None and info.local is not None and info.available
+
+
+def has_gpu() -> bool:
+    """CUDA or Apple MPS is present (torch is imported only here, on demand)."""
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return torch.cuda.is_available() or bool(mps and mps.is_available())
+
+
+def hub_checkpoint_available(model: str, cache_dir: str | Path | None = None) -> bool:
+    """`model` can be loaded from the hub here: cached, or not offline and the Hub reachable."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json", cache_dir=cache_dir), str):
+        return True
+    return not _offline() and hub_reachable()
+
+
+def default_model(gpu: bool | None = None, cache_dir: str | Path | None = None) -> str:
+    """The model a front end uses when none is named (`--model` not given).
+
+    The flagship when a GPU is present and the checkpoint is cached or downloadable; the
+    nano agent (`nano`) otherwise, when this checkout ships it; the flagship as a last resort
+    (its load then fails with the message that says what to do).
+    """
+    if not shipped(NANO):
+        return DEFAULT_MODEL
+    if not (has_gpu() if gpu is None else gpu):
+        return NANO
+    return DEFAULT_MODEL if hub_checkpoint_available(DEFAULT_MODEL, cache_dir) else NANO
+
+
+def model_flag(value: str) -> str:
+    """argparse `type` of --model: `auto` (the default) or "" becomes `default_model()`; argparse
+    converts a string default only when the flag is absent, so an explicit --model wins and
+    the GPU and cache checks run only when they decide something."""
+    value = value.strip()
+    return default_model() if value in (AUTO, "") else value  # an empty LLDS_MODEL: unset
+
+
+def default_pair(model: str) -> tuple[str, str]:
+    """The Compare tab's two models (A, B) when no baseline is named.
+
+    Beside the nano agent: its GRPO and LLDS versions when both ship, else the nano agent
+    and whichever of them ships, else the nano agent twice. Beside any other model: the
+    Search-R1 PPO baseline.
+    """
+    if model not in (NANO, NANO_GRPO, NANO_LLDS):
+        return DEFAULT_BASELINE, model
+    if shipped(NANO_GRPO) and shipped(NANO_LLDS):
+        return NANO_GRPO, NANO_LLDS
+    other = next((m for m in (NANO_LLDS, NANO_GRPO) if shipped(m)), NANO)
+    return NANO, other
 
 
 def label(model: str) -> str:

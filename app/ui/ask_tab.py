@@ -10,8 +10,9 @@ from collections.abc import Callable
 import gradio as gr
 
 from agent.loop import AgentSettings
+from app.ui import inputs
 from app.ui import transcript as fold
-from app.ui.exports import write_exports
+from app.ui.exports import remove_exports, write_exports
 from app.ui.model_pool import run_model, status_markdown
 from app.ui.run_registry import pump
 from app.ui.studio import Studio, session_of
@@ -32,6 +33,44 @@ BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may l
 ]
 ASK_SLOTS = ("ask",)
 EMPTY_STATS = "Turn – · 0 searches · 0 tokens"
+# The decoding controls: (label, minimum, maximum, step, default); the sliders and the
+# handler's own check read the same bounds.
+CONTROLS = {"temperature": ("Temperature", 0.05, 1.5, 0.05, 0.7),
+            "top_p": ("Top-p", 0.05, 1.0, 0.05, 1.0),
+            "max_turns": ("Max turns (with search)", 1, 8, 1, 4),
+            "topk": ("Documents per search (top-k)", 1, 10, 1, 3),
+            "max_new_tokens": ("Max new tokens per turn", 32, 1024, 1, 500)}
+
+
+def control(name: str) -> inputs.Slider:
+    label, low, high, step, default = CONTROLS[name]
+    return inputs.Slider(low, high, value=default, step=step, label=label)
+
+
+def checked(name: str, value, integer: bool = False):
+    label, low, high, _, _ = CONTROLS[name]
+    return inputs.number(label, value, low, high, integer=integer)
+
+
+def nano_examples(studio: Studio) -> list[str]:
+    """Held-out questions the nano agent answers (assets/ask_examples.json), when the
+    studio's default model is a nano one; [] otherwise."""
+    from agent.models import NANO, NANO_GRPO, NANO_LLDS
+    from app.ui.examples import load_examples
+
+    nano = (NANO, NANO_GRPO, NANO_LLDS)
+    if studio.default_model not in nano and not set(studio.compare_pair or ()) & set(nano):
+        return []
+    return load_examples()
+
+
+def ask_examples(studio: Studio) -> list[str]:
+    """Questions for the Ask tab's first examples (and the Compare tab's first question)."""
+    return nano_examples(studio) or CORPUS_EXAMPLES
+
+
+def first_example(studio: Studio) -> str:
+    return ask_examples(studio)[0]
 
 
 def validate_question(question: str | None) -> str | None:
@@ -47,10 +86,14 @@ def validate_question(question: str | None) -> str | None:
 
 def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_turns: int,
                            topk: int, max_new_tokens: int) -> AgentSettings:
-    """The Ask tab's controls as agent settings (sliders hand over floats)."""
-    return AgentSettings(max_turns=int(max_turns), topk=int(topk),
-                         max_new_tokens=int(max_new_tokens), greedy=bool(greedy),
-                         temperature=max(float(temperature), 1e-3), top_p=float(top_p))
+    """The Ask tab's controls as agent settings; InputError names a field out of its range
+    or of the wrong type (the API client can send anything)."""
+    return AgentSettings(max_turns=checked("max_turns", max_turns, integer=True),
+                         topk=checked("topk", topk, integer=True),
+                         max_new_tokens=checked("max_new_tokens", max_new_tokens, integer=True),
+                         greedy=inputs.flag("Greedy", greedy),
+                         temperature=checked("temperature", temperature),
+                         top_p=checked("top_p", top_p))
 
 
 def token_counter(studio: Studio, model: str) -> Callable[[str], int] | None:
@@ -83,29 +126,25 @@ class AskTab:
                     self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                                  elem_id="ask-stop")
                     self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
+                if nano_examples(studio):
+                    gr.Examples(nano_examples(studio), inputs=[self.question],
+                                label="The nano agent answers these (held-out questions "
+                                      "about the embedded corpus)")
                 gr.Examples(CORPUS_EXAMPLES, inputs=[self.question],
                             label="The embedded corpus knows")
                 gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
                             label="Benchmark style (NQ / HotpotQA)")
             with gr.Column(scale=1):
-                self.model = gr.Dropdown(studio.model_choices(), value=studio.default_model,
-                                         allow_custom_value=True, label="Model",
-                                         info="Pick one, or type any hub id or local path.",
-                                         elem_id="ask-model")
+                self.model = model_picker(studio, studio.default_model, "Model", "ask-model")
+                self.model_info = gr.Markdown(studio.model_info(studio.default_model),
+                                              elem_id="ask-model-info")
                 self.model_status = gr.Markdown(
                     status_markdown(studio.pool, studio.default_model),
                     elem_id="ask-model-status")
                 with gr.Accordion("Decoding and search", open=True):
-                    greedy = gr.Checkbox(True, label="Greedy (the paper's evaluation)")
-                    temperature = gr.Slider(0.05, 1.5, value=0.7, step=0.05,
-                                            label="Temperature")
-                    top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                    max_turns = gr.Slider(1, 8, value=4, step=1,
-                                          label="Max turns (with search)")
-                    topk = gr.Slider(1, 10, value=3, step=1,
-                                     label="Documents per search (top-k)")
-                    max_tokens = gr.Slider(32, 1024, value=500, step=1,
-                                           label="Max new tokens per turn")
+                    greedy = inputs.Checkbox(True, label="Greedy (the paper's evaluation)")
+                    temperature, top_p, max_turns, topk, max_tokens = (
+                        control(name) for name in CONTROLS)
                 self.show_raw = gr.Checkbox(False, label="Show raw text (what the model saw)")
                 self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
                                       file_count="multiple", interactive=False,
@@ -121,20 +160,24 @@ class AskTab:
         """Ask the question; stream the transcript, then the raw text and the exports."""
         studio = self.studio
         past = list(past or [])
+        try:
+            model_id = inputs.text("Model", model_id)
+            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+        except inputs.InputError as err:
+            raise gr.Error(str(err)) from None
         problem = validate_question(question_text)
-        model_id = (model_id or "").strip()
         if problem is None and not model_id:
             problem = "Please pick a model."
         if problem:
             yield {self.chatbot: past + [fold.note(f"⚠️ {problem}")]}
             return
         question_text = question_text.strip()
-        settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
         session = session_of(request)
         handles = studio.runs.start(session, "ask")
         cancel = handles[0]
         transcript = fold.Transcript()
         asked = [*past, fold.question_message(question_text)]
+        exported: list[str] = []
         try:
             yield {self.chatbot: asked, self.stats: "Starting…",
                    self.model_status: status_markdown(studio.pool, model_id)}
@@ -155,10 +198,13 @@ class AskTab:
                     self.model_status: status_markdown(studio.pool, model_id)}
             if transcript.finished:
                 done[self.raw] = transcript.finished.trajectory
-                done[self.export] = write_exports(question_text, model_id, transcript.events,
-                                                  settings)
+                exported = write_exports(question_text, model_id, transcript.events, settings)
+                done[self.export] = exported
             yield done
         finally:
+            # Gradio has copied the files into its own cache (which it cleans) by the time
+            # the generator resumes after its last yield: our temporary folder can go.
+            remove_exports(exported)
             studio.runs.finish(session, "ask", handles)
 
     def stop(self, request: gr.Request) -> None:
@@ -175,7 +221,9 @@ class AskTab:
         return {self.raw: gr.update(visible=on)}
 
     def model_changed(self, model: str | None) -> dict:
-        return {self.model_status: status_markdown(self.studio.pool, model or "")}
+        model = model if isinstance(model, str) else ""
+        return {self.model_status: status_markdown(self.studio.pool, model),
+                self.model_info: self.studio.model_info(model)}
 
     def wire(self) -> None:
         limits = {"concurrency_id": "agent", "concurrency_limit": self.studio.concurrency}
@@ -192,8 +240,19 @@ class AskTab:
                                 queue=False, api_visibility="private")
         self.show_raw.change(self.toggle_raw, self.show_raw, self.raw, queue=False,
                              api_visibility="private")
-        self.model.change(self.model_changed, self.model, self.model_status, queue=False,
-                          api_visibility="private")
+        self.model.change(self.model_changed, self.model, [self.model_status, self.model_info],
+                          queue=False, api_visibility="private")
+
+
+def model_picker(studio: Studio, value: str, label: str, elem_id: str) -> gr.Dropdown:
+    """The model dropdown: free text on loopback, the list only when the studio is exposed
+    (the pool refuses other names anyway)."""
+    if studio.access.restricted:
+        info = "Pick one of this studio's models."
+    else:
+        info = "Pick one, or type any hub id or local path."
+    return gr.Dropdown(studio.model_choices(), value=value, label=label, info=info,
+                       allow_custom_value=not studio.access.restricted, elem_id=elem_id)
 
 
 def ask_tab(studio: Studio) -> list:

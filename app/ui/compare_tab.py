@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import gradio as gr
 
 from agent.models import label
+from app.ui import inputs
 from app.ui import transcript as fold
-from app.ui.ask_tab import CORPUS_EXAMPLES, settings_from_controls, validate_question
+from app.ui.ask_tab import first_example, model_picker, settings_from_controls, validate_question
 from app.ui.model_pool import run_model
 from app.ui.run_registry import pump
 from app.ui.studio import Studio, session_of
@@ -46,18 +47,20 @@ class CompareTab:
                     "settings come from the Ask tab.")
         with gr.Row():
             self.question = gr.Textbox(label="Question", scale=5, elem_id="compare-question",
-                                       value=CORPUS_EXAMPLES[0])
+                                       value=first_example(studio))
             self.go = gr.Button("Compare", variant="primary", scale=1,
                                 elem_id="compare-button")
             self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                          elem_id="compare-stop")
-        self.models, self.chats, self.stats = [], [], []
+        self.models, self.infos, self.chats, self.stats = [], [], [], []
+        pair = studio.compare_pair or (studio.baseline_model, studio.default_model)
         with gr.Row():
-            for side, default in (("a", studio.baseline_model), ("b", studio.default_model)):
+            for side, default in zip(("a", "b"), pair, strict=True):
                 with gr.Column():
-                    self.models.append(gr.Dropdown(
-                        studio.model_choices(), value=default, allow_custom_value=True,
-                        label=f"Model {side.upper()}", elem_id=f"compare-model-{side}"))
+                    self.models.append(model_picker(studio, default, f"Model {side.upper()}",
+                                                    f"compare-model-{side}"))
+                    self.infos.append(gr.Markdown(studio.model_info(default),
+                                                  elem_id=f"compare-model-info-{side}"))
                     self.chats.append(gr.Chatbot(
                         label=f"Model {side.upper()}", height=480, allow_tags=False,
                         sanitize_html=True, group_consecutive_messages=False,
@@ -71,15 +74,21 @@ class CompareTab:
             request: gr.Request):
         """Run both models on the question at once; stream both transcripts and the table."""
         studio = self.studio
+        try:
+            models = [inputs.text("Model A", model_a), inputs.text("Model B", model_b)]
+            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+        except inputs.InputError as err:
+            raise gr.Error(str(err)) from None
         problem = validate_question(question_text)
-        if problem:
-            message = [fold.note(f"⚠️ {problem}")]
-            yield {self.chats[0]: message, self.chats[1]: message, self.stats[0]: "",
-                   self.stats[1]: "", self.table: ""}
+        messages = [[fold.note(f"⚠️ {problem}")] if problem else [] for _ in models]
+        if not problem:  # an empty name would load "." (the working directory) as a model
+            messages = [[] if m else [fold.note(f"⚠️ Please pick model {side}.")]
+                        for m, side in zip(models, "AB", strict=True)]
+        if any(messages):
+            yield {self.chats[0]: messages[0], self.chats[1]: messages[1],
+                   self.stats[0]: "", self.stats[1]: "", self.table: ""}
             return
         question_text = question_text.strip()
-        models = [(model_a or "").strip(), (model_b or "").strip()]
-        settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
         session = session_of(request)
         handles = [studio.runs.start(session, slot) for slot in COMPARE_SLOTS]
         cancel = handles[0][0]
@@ -106,7 +115,17 @@ class CompareTab:
     def stop(self, request: gr.Request) -> None:
         self.studio.runs.stop(session_of(request), COMPARE_SLOTS, wait=3.0)
 
+    def model_changed(self, info: gr.Markdown):
+        """The handler for one side's picker: what the picked model is."""
+        def changed(model) -> dict:
+            return {info: self.studio.model_info(model if isinstance(model, str) else "")}
+
+        return changed
+
     def wire(self) -> None:
+        for picker, info in zip(self.models, self.infos, strict=True):
+            picker.change(self.model_changed(info), picker, info, queue=False,
+                          api_visibility="private")
         event = self.go.click(self.run, [self.question, *self.models, *self.controls],
                               [*self.chats, *self.stats, self.table], api_name="compare",
                               concurrency_id="agent", concurrency_limit=self.studio.concurrency)

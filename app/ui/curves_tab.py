@@ -1,14 +1,51 @@
 """The Training-curves tab: upload training logs, see whether likelihood displacement set in
-(the figures, the summary table and the messages of `curves.analyze_uploads`).
+(the figures, the summary table and the messages of `curves.analyze_uploads`). "Try the
+bundled runs" plots the nano-scale GRPO and LLDS runs this repository ships
+(`assets/nano-runs/<run>/`), overlaid.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gradio as gr
 
+from agent.models import ROOT
 from app.ui.transcript import escape
 
 PLOT_SLOTS = 10
+BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
+BUNDLED_NOTE = (
+    "**The bundled runs** are nano-scale training runs made by this project, not the "
+    "paper's: the nano agent (a ~5M-parameter search agent trained on the embedded corpus) "
+    "trained further with plain GRPO and with GRPO + LLDS, same seed and settings, on a "
+    "2-core CPU. They show the recipe and the metrics at toy scale; the paper's runs are "
+    "verl with the LLDS fork on 3B-7B models.")
+
+
+def bundled_logs(root: Path | None = None) -> list[Path]:
+    """One log per bundled run: its JSON-lines metrics, else its console log."""
+    root = BUNDLED_RUNS if root is None else root
+    if not root.is_dir():
+        return []
+    logs = []
+    for run in sorted(p for p in root.iterdir() if p.is_dir()):
+        found = next((run / name for name in ("metrics.jsonl", "train.log")
+                      if (run / name).is_file()), None)
+        if found is not None:
+            logs.append(found)
+    return logs
+
+
+def bundled_commands(logs: list[Path]) -> list[str]:
+    """The command that made each bundled run, from its `command.txt` when it has one."""
+    lines = []
+    for log in logs:
+        command = log.parent / "command.txt"
+        if command.is_file():
+            text = command.read_text(encoding="utf-8", errors="replace").strip()
+            lines.append(f"- `{escape(log.parent.name)}`: `{escape(text[:500])}`")
+    return lines
 
 
 def label_rows(table) -> dict[str, str]:
@@ -21,10 +58,16 @@ def label_rows(table) -> dict[str, str]:
 class CurvesTab:
     """The tab's widgets, and its handlers: each returns {component: update}."""
 
-    def __init__(self):
+    def __init__(self, bundled: list[Path] | None = None):
+        self.bundled = bundle = bundled_logs() if bundled is None else bundled
         gr.Markdown("Upload verl console logs, W&B CSV exports or TensorBoard event files "
                     "(several at once) to see whether likelihood displacement set in. "
-                    "Edit the method column to relabel a run, then Analyze again.")
+                    "Edit the method column to relabel a run, then Analyze again."
+                    + (" Or try the nano-scale GRPO and LLDS runs this studio ships."
+                       if bundle else ""))
+        self.try_bundled = gr.Button("Try the bundled runs", visible=bool(bundle),
+                                     elem_id="curves-bundled")
+        self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
         with gr.Row():
             self.files = gr.File(label="Training logs", file_count="multiple", scale=3,
                                  elem_id="curves-files")
@@ -44,7 +87,8 @@ class CurvesTab:
                                     elem_id="curves-summary")
         self.plots = [gr.Plot(visible=False) for _ in range(PLOT_SLOTS)]
 
-    def run(self, paths, table, weight: float, notes: bool, reset_labels: bool = False) -> dict:
+    def run(self, paths, table, weight: float, notes: bool, reset_labels: bool = False,
+            preface: str = "") -> dict:
         """Analyse the uploads with the labels in the table; show messages, table, plots."""
         from curves import analyze_uploads
 
@@ -67,19 +111,45 @@ class CurvesTab:
         lines += [f"- _{escape(p.title)}_: {escape(p.note)}" for p in result.panels if p.note]
         for plot, panel in zip(self.plots, result.panels, strict=False):
             update[plot] = gr.update(visible=True, value=panel.figure, label=panel.title)
-        return {**update, self.messages: "\n".join(lines) or "Done.",
+        text = "\n".join(lines) or "Done."
+        return {**update, self.messages: f"{preface}\n\n{text}" if preface else text,
                 self.summary: result.summary,
                 self.labels: [[r.name, r.method] for r in result.runs]}
 
-    def uploaded(self, paths, table, weight: float, notes: bool) -> dict:
+    def uploaded(self, paths, table, weight: float, notes: bool, bundled: bool) -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
-        return self.run(paths, table, weight, notes, reset_labels=True)
+        if not paths and bundled:  # "Try the bundled runs" emptied the box: keep its plots
+            return {}
+        return {**self.run(paths, table, weight, notes, reset_labels=True),
+                self.showing_bundled: False}
+
+    def load_bundled(self, weight: float, notes: bool) -> dict:
+        """Plot the bundled runs (GRPO and LLDS overlaid), saying what they are."""
+        paths = [str(p) for p in self.bundled]
+        preface = "\n".join([BUNDLED_NOTE, *bundled_commands(self.bundled)])
+        update = self.run(paths, [], weight, notes, reset_labels=True, preface=preface)
+        return {**update, self.files: None, self.showing_bundled: True}
+
+    def analyze_clicked(self, paths, table, weight: float, notes: bool,
+                        bundled: bool) -> dict:
+        """Analyze: the uploads, or the bundled runs when they are what is shown."""
+        if not paths and bundled:
+            preface = "\n".join([BUNDLED_NOTE, *bundled_commands(self.bundled)])
+            return self.run([str(p) for p in self.bundled], table, weight, notes,
+                            preface=preface)
+        return self.run(paths, table, weight, notes)
 
     def wire(self) -> None:
         inputs = [self.files, self.labels, self.smoothing, self.annotate]
         outputs = [self.messages, self.summary, self.labels, *self.plots]
-        self.files.change(self.uploaded, inputs, outputs, api_visibility="private")
-        self.analyze.click(self.run, inputs, outputs, api_name="curves")
+        self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate],
+                               [*outputs, self.files, self.showing_bundled],
+                               api_name="curves_bundled")
+        self.files.change(self.uploaded, [*inputs, self.showing_bundled],
+                          [*outputs, self.showing_bundled],
+                          api_visibility="private")
+        self.analyze.click(self.analyze_clicked, [*inputs, self.showing_bundled], outputs,
+                           api_name="curves")
 
 
 def curves_tab() -> bool:

@@ -1,11 +1,15 @@
 """The "Evaluate" tab: score a model on a sample of one benchmark, with a progress bar.
 
 It calls the evaluator's own runner, so a sample scored here is scored exactly as
-`python -m evaluator` scores it, and lands in `runs/` the same way (resumable).
+`python -m evaluator` scores it, and lands in `runs/` the same way (resumable). One run
+directory per model, benchmark and turn limit holds every question any sample drew: a new
+seed or sample size reuses it (answered questions are not asked again), never adds one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import re
 from pathlib import Path
 
@@ -13,66 +17,129 @@ import gradio as gr
 import pandas as pd
 
 from agent.backends.base import ModelLoadError
+from app.ui import inputs
 from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings
 from evaluator.metrics import aggregate
 
 MAX_SAMPLE = 500
+MAX_SEED = 2**31 - 1
+MAX_TURNS = 8
+log = logging.getLogger(__name__)
 
 
-def run_dir_for(model: str, dataset: str, sample: int, seed: int) -> Path:
+def run_dir_for(model: str, dataset: str, max_turns: int) -> Path:
+    """`runs/ui-<model name>-<hash of the full id>-<dataset>-turns<n>`: the hash keeps two
+    models with one base name (two `…/model` directories) apart."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.rstrip("/")).name) or "model"
-    return Path("runs") / f"ui-{name}-{dataset}-sample{sample}-seed{seed}"
+    digest = hashlib.sha256(model.encode()).hexdigest()[:8]
+    return Path("runs") / f"ui-{name}-{digest}-{dataset}-turns{max_turns}"
+
+
+def _data_problem(studio, dataset: str, err: DataError) -> str:
+    """What a visitor sees when the data won't load. An exposed studio says only that (the
+    full message, which may quote a record, goes to the server's log)."""
+    access = getattr(studio, "access", None)
+    if access is not None and access.exposed:
+        log.warning("Evaluate tab: could not load %s: %s", dataset, err)
+        return (f"**Could not load {dataset}.** Its data on this server is not usable; "
+                "the details are in the server's log.")
+    return f"**Could not load {dataset}.** {err}"
+
+
+def incomplete_note(records, stopped: str | None) -> str | None:
+    """How an incomplete run reads: errored questions, why, and that re-running resumes."""
+    errored = [r for r in records if r.stop_reason == "error" or r.error]
+    if not errored and not stopped:
+        return None
+    why = stopped or errored[-1].error or "error"
+    return (f"**Incomplete:** {len(errored)} of {len(records)} questions ended in an error "
+            f"(last: {why}). They are not scored as answered; press Evaluate again to "
+            "resume them (answered questions are kept).")
 
 
 def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
                     data_dir: str, max_turns: int, progress=None) -> tuple[str, pd.DataFrame]:
-    """Run the evaluator on `sample` questions; (summary markdown, per-question table)."""
+    """Run the evaluator on `sample` questions; (summary markdown, per-question table).
+
+    Wrong-typed or out-of-range values raise `inputs.InputError` naming the field.
+    """
     from agent.loop import AgentSettings
-    from evaluator.rundir import prepare_run_dir, run_settings
+    from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
     from evaluator.runner import evaluate
 
-    model = (model or "").strip()
+    model = inputs.text("Model", model)
+    data_dir = inputs.text("Local benchmark directory", data_dir)
+    sample = inputs.number("Questions (sample)", sample, 1, MAX_SAMPLE, integer=True)
+    seed = inputs.number("Seed", seed, 0, MAX_SEED, integer=True)
+    max_turns = inputs.number("Max turns", max_turns, 1, MAX_TURNS, integer=True)
+    dataset = inputs.text("Benchmark", dataset)
+    if dataset not in BENCHMARK_NAMES:
+        raise inputs.InputError(f"Benchmark: {dataset[:40]!r} is not one of "
+                                f"{', '.join(BENCHMARK_NAMES)}.")
     if not model:
         return "Pick a model first.", pd.DataFrame()
-    sample = max(1, min(int(sample), MAX_SAMPLE))
+    access = getattr(studio, "access", None)
+    problem = access.data_dir_problem(data_dir) if access is not None else None
+    if problem:
+        return f"**Not allowed.** {problem}", pd.DataFrame()
     try:
-        questions, notes = load_with_warnings(dataset, data_dir.strip() or None, None,
-                                              sample=sample, seed=int(seed))
+        questions, notes = load_with_warnings(dataset, data_dir or None, None,
+                                              sample=sample, seed=seed)
     except DataError as err:
-        return f"**Could not load {dataset}.** {err}", pd.DataFrame()
+        return _data_problem(studio, dataset, err), pd.DataFrame()
     try:
         backend = studio.pool.get(model)
     except ModelLoadError as err:
         return f"**Could not load the model.** {err}", pd.DataFrame()
-    settings = AgentSettings(max_turns=int(max_turns))
-    run_dir = run_dir_for(model, dataset, sample, int(seed))
-    prepare_run_dir(run_dir, run_settings(model, "ui", "app", settings, seed=int(seed),
-                                          limit=None, sample=sample, datasets=[dataset]))
+    settings = AgentSettings(max_turns=max_turns)
+    run_dir = run_dir_for(model, dataset, max_turns)
+    try:  # seed and sample pick questions; the answers don't depend on them
+        prepare_run_dir(run_dir, run_settings(model, "ui", "app", settings, seed=None,
+                                              limit=None, sample=None, datasets=[dataset]))
+    except RunMismatch as err:
+        return f"**Could not use the run directory.** {err}", pd.DataFrame()
     path = run_dir / f"{dataset}.jsonl"
     if not studio.pool.hold(model):
         return "The model is busy.", pd.DataFrame()
+    stopped = None
+    wanted = {q.id for q in questions}
     try:
-        done = 0
+        done = len(wanted & {r.id for r in _records(load_run, run_dir, dataset)
+                             if r.stop_reason != "error"})
         for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
             done += 1
             if progress is not None:
                 progress((done, len(questions)), desc=f"{dataset}: {done}/{len(questions)}")
+    except Exception as err:  # noqa: BLE001 - the run stops; what finished is kept
+        log.exception("Evaluate tab: the run stopped")
+        stopped = f"the run stopped: {type(err).__name__}: {err}"
     finally:
         studio.pool.release(model)
-    from evaluator.rundir import load_run
-
-    wanted = {q.id for q in questions}
-    records = [r for r in load_run(run_dir).records.get(dataset, []) if r.id in wanted]
-    stats = aggregate(records)
-    lines = [f"**{dataset}**, {len(records)} questions (random sample, seed {seed}; not the "
-             "full split, so not comparable with published numbers).",
-             f"EM {stats['em']:.3f} · sub-EM {stats['sub_em']:.3f} · F1 {stats['f1']:.3f} · "
-             f"answered {stats['answered']:.0%} · searches/question {stats['searches']:.2f}",
-             f"Results: `{path}`", *[f"_{n}_" for n in notes]]
+    records = [r for r in _records(load_run, run_dir, dataset) if r.id in wanted]
+    scored = [r for r in records if not (r.stop_reason == "error" or r.error)]
+    lines = [f"**{dataset}**, {len(scored)} of {len(questions)} questions scored (random "
+             f"sample, seed {seed}; not the full split, so not comparable with published "
+             "numbers).", scores_line(scored), f"Results: `{path}`",
+             *[f"_{n}_" for n in notes]]
+    note = incomplete_note(records, stopped)
+    if note:
+        lines.insert(0, note)
     table = pd.DataFrame([{"question": r.question, "prediction": r.prediction,
                            "golden": "; ".join(r.golden_answers), "EM": r.metrics["em"],
                            "searches": r.searches, "stop": r.stop_reason} for r in records])
     return "\n\n".join(lines), table
+
+
+def scores_line(records) -> str:
+    if not records:
+        return "No scores: no question was answered without an error."
+    stats = aggregate(records)
+    return (f"EM {stats['em']:.3f} · sub-EM {stats['sub_em']:.3f} · F1 {stats['f1']:.3f} · "
+            f"answered {stats['answered']:.0%} · searches/question {stats['searches']:.2f}")
+
+
+def _records(load_run, run_dir: Path, dataset: str) -> list:
+    return load_run(run_dir).records.get(dataset, []) if run_dir.is_dir() else []
 
 
 class EvaluateTab:
@@ -83,17 +150,21 @@ class EvaluateTab:
         gr.Markdown("Score a model on a random sample of one benchmark with the exact "
                     "Search-R1 protocol (greedy, top-3). For full runs use "
                     "`python -m evaluator --all`.")
+        from app.ui.ask_tab import model_picker
+
         with gr.Row():
-            self.model = gr.Dropdown(studio.model_choices(), value=studio.default_model,
-                                     allow_custom_value=True, label="Model")
-            self.dataset = gr.Dropdown(list(BENCHMARK_NAMES), value="nq", label="Benchmark")
+            self.model = model_picker(studio, studio.default_model, "Model", "eval-model")
+            self.dataset = gr.Dropdown(list(BENCHMARK_NAMES), value=default_dataset(studio),
+                                       label="Benchmark", elem_id="eval-dataset")
         with gr.Row():
-            self.sample = gr.Slider(1, MAX_SAMPLE, value=20, step=1,
-                                    label="Questions (sample)", elem_id="eval-sample")
-            self.seed = gr.Number(0, precision=0, label="Seed")
-            self.max_turns = gr.Slider(1, 8, value=4, step=1, label="Max turns")
+            self.sample = inputs.Slider(1, MAX_SAMPLE, value=20, step=1,
+                                        label="Questions (sample)", elem_id="eval-sample")
+            self.seed = inputs.Number(0, precision=0, minimum=0, maximum=MAX_SEED,
+                                      label="Seed")
+            self.max_turns = inputs.Slider(1, MAX_TURNS, value=4, step=1, label="Max turns")
         self.data_dir = gr.Textbox(label="Local benchmark directory (DIR/nq/test.jsonl …); "
-                                         "empty: the Hugging Face Hub",
+                                         "empty: the benchmark's own copy",
+                                   visible=not studio.access.restricted,
                                    elem_id="eval-data-dir")
         self.start = gr.Button("Evaluate", variant="primary", elem_id="eval-button")
         self.summary = gr.Markdown(elem_id="eval-summary")
@@ -101,14 +172,24 @@ class EvaluateTab:
 
     def run(self, model, dataset, sample, seed, data_dir, max_turns,
             progress=gr.Progress()) -> dict:  # noqa: B008 (gradio injects the tracker)
-        summary, table = evaluate_sample(self.studio, model, dataset, sample, seed, data_dir,
-                                         max_turns, progress)
+        try:
+            summary, table = evaluate_sample(self.studio, model, dataset, sample, seed,
+                                             data_dir, max_turns, progress)
+        except inputs.InputError as err:
+            raise gr.Error(str(err)) from None
         return {self.summary: summary, self.table: table}
 
     def wire(self) -> None:
         self.start.click(self.run, [self.model, self.dataset, self.sample, self.seed,
                                     self.data_dir, self.max_turns], [self.summary, self.table],
                          api_name="evaluate", concurrency_limit=1)
+
+
+def default_dataset(studio) -> str:
+    """vitalqa (the nano agent's held-out set, offline) beside a nano model, else nq."""
+    if "vitalqa" in BENCHMARK_NAMES and str(studio.default_model).startswith("nano"):
+        return "vitalqa"
+    return "nq"
 
 
 def evaluate_tab(studio) -> None:

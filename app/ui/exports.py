@@ -1,12 +1,14 @@
 """A finished run as files: JSON lines of its events and a readable Markdown record.
 
 Pure text builders (`trace_jsonl`, `trace_markdown`), and `write_exports`, which puts both
-in a fresh temporary folder for the Ask tab's download box.
+in a fresh temporary folder for the Ask tab's download box; `remove_exports` deletes that
+folder once Gradio has copied the files into its own cache.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 from collections.abc import Iterable
@@ -24,6 +26,8 @@ from agent.events import (
 )
 from agent.loop import AgentSettings
 from app.ui.model_pool import ModelStatus
+
+EXPORT_PREFIX = "llds-trace-"
 
 
 def settings_summary(settings: AgentSettings) -> dict:
@@ -94,7 +98,7 @@ def write_exports(question: str, model: str, events: Iterable[Event | ModelStatu
                   settings: AgentSettings) -> list[str]:
     """The trace as `trace-<time>.jsonl` and `trace-<time>.md` in a new temporary folder."""
     events = list(events)
-    folder = Path(tempfile.mkdtemp(prefix="llds-trace-"))
+    folder = Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     summary = settings_summary(settings)
     jsonl = folder / f"trace-{stamp}.jsonl"
@@ -103,3 +107,12 @@ def write_exports(question: str, model: str, events: Iterable[Event | ModelStatu
     markdown = folder / f"trace-{stamp}.md"
     markdown.write_text(trace_markdown(question, model, events, summary), encoding="utf-8")
     return [str(jsonl), str(markdown)]
+
+
+def remove_exports(paths: Iterable[str]) -> None:
+    """Delete the folders `write_exports` made for `paths` (and nothing else: a folder that
+    is not one of ours is left alone)."""
+    for folder in {Path(p).parent for p in paths}:
+        if folder.name.startswith(EXPORT_PREFIX) and folder.parent == Path(
+                tempfile.gettempdir()):
+            shutil.rmtree(folder, ignore_errors=True)

@@ -69,8 +69,11 @@ class ModelPool:
     recently used idle one is dropped to make room.
     """
 
-    def __init__(self, factory: BackendFactory, per_model: int = 1, max_loaded: int = 2):
+    def __init__(self, factory: BackendFactory, per_model: int = 1, max_loaded: int = 2,
+                 check: Callable[[str], str | None] | None = None):
         self.factory = factory
+        # Why a model may not be loaded here (the studio's access policy), or None.
+        self.check = check
         self.per_model = per_model
         self.max_loaded = max_loaded
         self._slots: dict[str, _Slot] = {}
@@ -81,6 +84,15 @@ class ModelPool:
             if model not in self._slots:
                 self._slots[model] = _Slot(threading.Lock(), threading.Semaphore(self.per_model))
             return self._slots[model]
+
+    def refuse_if_not_allowed(self, model: str) -> None:
+        """ModelLoadError when the access policy refuses `model` (before any slot exists, so
+        a visitor can't fill the pool with names)."""
+        if not model:
+            raise ModelLoadError("No model named: pick one from the list.")
+        problem = self.check(model) if self.check is not None else None
+        if problem:
+            raise ModelLoadError(problem)
 
     def status(self, model: str) -> tuple[str, str]:
         slot = self._slots.get(model)
@@ -93,6 +105,7 @@ class ModelPool:
     def get(self, model: str) -> Backend:
         """The loaded backend (loading it now if needed); raises ModelLoadError."""
         model = model.strip()
+        self.refuse_if_not_allowed(model)
         slot = self._slot(model)
         with slot.load_lock:
             if slot.backend is not None:
@@ -157,6 +170,11 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
               cancel: threading.Event) -> Iterator:
     """Load (with status events), wait for the model to be free, then run the agent."""
     model = model.strip()
+    try:
+        pool.refuse_if_not_allowed(model)
+    except ModelLoadError as err:
+        yield ModelStatus(model, "failed", str(err))
+        return
     if not pool.is_loaded(model):
         yield ModelStatus(model, "loading", "The first question loads the model; this can "
                           "take a while for a big checkpoint.")

@@ -178,6 +178,9 @@ def ending_message(finished: Finished) -> Message | None:
     return note(_ENDINGS.get(finished.stop_reason, f"Ended: {finished.stop_reason}."))
 
 
+LOAD_FAILED = "model failed to load"  # how a run whose model never loaded ended
+
+
 # The fold -------------------------------------------------------------------------------
 class Transcript:
     """One run's messages, updated event by event (the last turn re-rendered on each delta).
@@ -199,6 +202,7 @@ class Transcript:
         self.rounds = 0
         self.searches = 0
         self.finished: Finished | None = None
+        self.load_failed = False  # the model could not be loaded: the run never started
         self.answer: str | None = None
         self.generated = ""  # every generated character, for live token counts
         self._gen_seconds = 0.0
@@ -269,7 +273,9 @@ class Transcript:
             self._apply_finished(event)
 
     def _apply_status(self, status: ModelStatus) -> None:
-        name = escape(status.model)
+        from agent.models import label
+
+        name = escape(label(status.model))  # "nano" reads as what it is
         titles = {"loading": f"Loading model {name}", "waiting": f"Waiting for {name}",
                   "ready": f"Model {name} ready", "failed": f"Model {name} could not be loaded"}
         message: Message = {"role": "assistant", "content": escape(status.detail) or "…",
@@ -278,6 +284,7 @@ class Transcript:
         if status.state in ("ready", "failed"):
             message["metadata"].update(status="done", duration=round(status.seconds, 3))
         if status.state == "failed":
+            self.load_failed = True
             message = note(f"❌ **{titles['failed']}.** {escape(status.detail)}")
         if self._status_at is None:
             self._status_at = len(self.messages)
@@ -322,7 +329,8 @@ class Transcript:
                         tokens=tokens, seconds=seconds,
                         tokens_per_second=tokens / generating if generating > 0 else 0.0,
                         answer=self.answer,
-                        stop_reason=self.finished.stop_reason if self.finished else None)
+                        stop_reason=self.finished.stop_reason if self.finished
+                        else LOAD_FAILED if self.load_failed else None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,116 @@
+"""The Ask tab's examples for the nano agent: held-out questions it really answers.
+
+`python -m app.ui.examples [--model nano] [--benchmark assets/vitalqa/test.jsonl] [--n 6]`
+runs the model greedily on the held-out benchmark (the agent loop and the evaluator's
+scoring, as `python -m evaluator` would) and writes the questions it gets right (exact
+match), a few per question family, to `assets/ask_examples.json`. The Ask tab shows them
+when its default model is a nano model; re-run this after the nano agent is retrained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.models import NANO, ROOT
+
+EXAMPLES_FILE = ROOT / "assets" / "ask_examples.json"
+BENCHMARK_FILE = ROOT / "assets" / "vitalqa" / "test.jsonl"
+
+
+def load_examples(path: Path | None = None) -> list[str]:
+    """The stored example questions; [] when the file is missing or not ours."""
+    path = EXAMPLES_FILE if path is None else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [str(e["question"]) for e in data["examples"] if str(e["question"]).strip()]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def spread(records: list, n: int) -> list:
+    """Up to `n` records, taken in turn from each family (shortest questions first), so the
+    examples show every kind of question the model answers."""
+    by_family: dict[str, list] = {}
+    for record, family in records:
+        by_family.setdefault(family, []).append(record)
+    for family in by_family.values():
+        family.sort(key=lambda r: len(r.question))
+    chosen: list = []
+    while len(chosen) < n and any(by_family.values()):
+        for family in sorted(by_family):
+            if by_family[family] and len(chosen) < n:
+                chosen.append(by_family[family].pop(0))
+    return chosen
+
+
+def pick_examples(backend, retriever, benchmark: Path, n: int = 6, limit: int | None = None,
+                  settings=None) -> tuple[list[dict], int, int]:
+    """(the chosen examples, questions asked, questions answered right); `settings`: the
+    agent's (default: the protocol's, greedy, as the Ask tab runs it)."""
+    from agent.events import Finished
+    from agent.loop import AgentSettings, run_agent
+    from evaluator.benchmarks import question_from_record, read_records
+    from evaluator.rundir import make_record
+
+    questions = [question_from_record(r, "vitalqa", i)
+                 for i, r in enumerate(read_records(benchmark))][:limit]
+    right = []
+    for question in questions:  # one at a time, as the Ask tab runs them
+        *_, finished = run_agent(question.question, backend, retriever,
+                                 settings or AgentSettings())
+        if not isinstance(finished, Finished):  # the loop always ends with one
+            continue
+        record = make_record(question, finished)
+        if record.metrics["em"] == 1.0 and record.searches >= 1:
+            right.append((record, str(question.metadata.get("family", ""))))
+    families = {r.id: f for r, f in right}
+    examples = [{"question": r.question, "answer": r.prediction, "family": families[r.id],
+                 "id": r.id} for r in spread(right, n)]
+    return examples, len(questions), len(right)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agent.config import (
+        BackendOptions,
+        add_agent_flags,
+        add_retriever_flags,
+        agent_settings,
+        make_retriever,
+    )
+
+    parser = argparse.ArgumentParser(prog="python -m app.ui.examples", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=NANO)
+    parser.add_argument("--benchmark", type=Path, default=BENCHMARK_FILE)
+    parser.add_argument("--n", type=int, default=6, help="how many examples")
+    parser.add_argument("--limit", type=int, help="ask only the first N questions")
+    parser.add_argument("--out", type=Path, default=EXAMPLES_FILE)
+    add_retriever_flags(parser)
+    add_agent_flags(parser)
+    args = parser.parse_args(argv)
+    if not args.benchmark.is_file():
+        print(f"error: no benchmark file {args.benchmark}", file=sys.stderr)
+        return 2
+    backend = BackendOptions(device="cpu").load(args.model)
+    examples, asked, right = pick_examples(backend, make_retriever(args), args.benchmark,
+                                           args.n, args.limit, agent_settings(args))
+    if not examples:
+        print(f"error: {args.model} answered none of {asked} questions right; nothing "
+              "written.", file=sys.stderr)
+        return 1
+    payload = {"note": f"Held-out questions {args.model} answers right (greedy, exact "
+                       f"match; {right} of {asked}); written by python -m app.ui.examples.",
+               "model": args.model, "benchmark": str(args.benchmark.relative_to(ROOT))
+               if args.benchmark.resolve().is_relative_to(ROOT) else str(args.benchmark),
+               "examples": examples}
+    args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n",
+                        encoding="utf-8")
+    print(f"{len(examples)} examples ({right} of {asked} answered right) -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Where the nano agent shows in the studio: the Ask tab's examples (held-out questions the
+model really answers, picked by running it), the Compare tab's default pair, what the model
+is said to be beside the picker, and the bundled nano-scale runs in the Training-curves tab.
+
+Tiny real Qwen2 models (agent/testing.py) stand in for the nano agent and its GRPO / LLDS
+versions; the shipped ones have their own end-to-end test (tests/test_ui_nano_browser.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent import models
+from agent.config import BackendOptions
+from agent.loop import AgentSettings
+from agent.models import NANO, NANO_GRPO, NANO_LLDS
+from agent.testing import free_port
+from app.ui import examples as examples_module
+from app.ui.examples import load_examples, pick_examples
+
+
+@pytest.fixture
+def nano_registry(tmp_path, monkeypatch, tiny_models):
+    """The registry with tiny real models as the nano agent and its GRPO / LLDS versions."""
+    entries = [{"id": NANO, "path": str(tiny_models["scripted"]), "label": "Nano (test)",
+                "method": "SFT", "size": "tiny",
+                "description": "Not an LLDS checkpoint: the studio's embedded default."},
+               {"id": NANO_GRPO, "path": str(tiny_models["scripted"]), "label": "Nano GRPO",
+                "method": "GRPO", "description": "Nano-scale, made by this project."},
+               {"id": NANO_LLDS, "path": str(tiny_models["eos"]), "label": "Nano LLDS",
+                "method": "LLDS", "description": "Nano-scale, made by this project."}]
+    path = tmp_path / "models.json"
+    path.write_text(json.dumps({"models": entries}))
+    monkeypatch.setattr(models, "REGISTRY_FILE", path)
+    models.registry.cache_clear()
+    yield
+    models.registry.cache_clear()
+
+
+def write_benchmark(path, questions):
+    path.write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    return path
+
+
+def test_examples_are_the_held_out_questions_the_model_answers(tmp_path, tiny_models,
+                                                               local_retriever):
+    # The scripted tiny model searches, then answers "Kubrick" whatever it is asked.
+    answer = json.loads((tiny_models["scripted"] / "scripted_paths.json").read_text())
+    said = answer["\n\n"][1].strip()
+    bench = write_benchmark(tmp_path / "test.jsonl", [
+        {"id": "a", "question": "who directed the space film", "golden_answers": [said],
+         "metadata": {"family": "span"}},
+        {"id": "b", "question": "capital of France", "golden_answers": ["Paris"],
+         "metadata": {"family": "definition"}},
+        {"id": "c", "question": f"the {said} question", "golden_answers": [said.lower()],
+         "metadata": {"family": "definition"}}])
+    backend = BackendOptions(device="cpu").load(str(tiny_models["scripted"]))
+    # The scripted model answers only after a whole observation (an uncut one).
+    chosen, asked, right = pick_examples(backend, local_retriever, bench, n=5,
+                                         settings=AgentSettings(max_obs_tokens=4000))
+    assert (asked, right) == (3, 2)
+    assert {e["id"] for e in chosen} == {"a", "c"}
+    assert all(e["answer"].strip().lower() == said.lower() for e in chosen)
+
+
+def test_examples_file_round_trip_and_bad_files(tmp_path, tiny_models, monkeypatch,
+                                               default_corpus):
+    said = json.loads((tiny_models["scripted"] / "scripted_paths.json").read_text())
+    said = said["\n\n"][1].strip()
+    bench = write_benchmark(tmp_path / "test.jsonl", [
+        {"id": "a", "question": "who directed it", "golden_answers": [said]}])
+    out = tmp_path / "ask_examples.json"
+    code = examples_module.main(["--model", str(tiny_models["scripted"]), "--benchmark",
+                                 str(bench), "--out", str(out), "--engine", "bm25s",
+                                 "--max-obs-tokens", "4000"])
+    assert code == 0 and load_examples(out) == ["who directed it"]
+    bad = write_benchmark(tmp_path / "none.jsonl", [
+        {"id": "a", "question": "who", "golden_answers": ["nobody-says-this"]}])
+    assert examples_module.main(["--model", str(tiny_models["scripted"]), "--benchmark",
+                                 str(bad), "--out", str(tmp_path / "x.json"),
+                                 "--engine", "bm25s", "--max-obs-tokens", "4000"]) == 1
+    assert not (tmp_path / "x.json").exists()
+    (tmp_path / "broken.json").write_text("{not json")
+    assert load_examples(tmp_path / "broken.json") == []
+    assert load_examples(tmp_path / "missing.json") == []
+
+
+def launch_nano_studio(retriever, examples_file, monkeypatch):
+    from app.ui import build_app, launch_options
+    from app.ui.evaluate_tab import evaluate_tab
+
+    monkeypatch.setattr(examples_module, "EXAMPLES_FILE", examples_file)
+    pair = models.default_pair(NANO)
+    demo = build_app(BackendOptions(device="cpu").load, retriever, default_model=NANO,
+                     baseline_model=pair[0], compare_pair=pair, extra_tabs=[evaluate_tab])
+    port = free_port()
+    demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
+    return demo, f"http://127.0.0.1:{port}/"
+
+
+def component(demo, elem_id: str) -> dict:
+    return next(c for c in demo.config["components"]
+                if c.get("props", {}).get("elem_id") == elem_id)
+
+
+def test_a_nano_studio_shows_its_examples_pair_and_what_the_model_is(
+        nano_registry, tmp_path, local_retriever, monkeypatch):
+    from gradio_client import Client
+
+    examples_file = tmp_path / "ask_examples.json"
+    examples_file.write_text(json.dumps({"examples": [
+        {"question": "who directed the space film"}, {"question": "the Kubrick question"}]}))
+    demo, url = launch_nano_studio(local_retriever, examples_file, monkeypatch)
+    try:
+        assert component(demo, "compare-model-a")["props"]["value"] == NANO_GRPO
+        assert component(demo, "compare-model-b")["props"]["value"] == NANO_LLDS
+        assert component(demo, "compare-question")["props"]["value"] == \
+            "who directed the space film"
+        info = component(demo, "ask-model-info")["props"]["value"]
+        assert "Not an LLDS checkpoint" in info and "embedded default" in info
+        dataset_values = [c["props"].get("samples") for c in demo.config["components"]
+                          if c.get("type") == "dataset"]
+        assert [["who directed the space film"], ["the Kubrick question"]] in dataset_values
+        client = Client(url, verbose=False)  # the "nano" name loads the model behind it
+        chat, stats, *_ = client.predict("who directed the space film", NANO, True, 0.7, 1.0,
+                                         4, 3, 500, api_name="/ask")
+        text = json.dumps(chat)
+        assert "Model Nano (test) ready" in text
+        assert "Search:" in text and "running" not in stats
+    finally:
+        demo.close()
+
+
+def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
+                                                         local_retriever):
+    from gradio_client import Client
+
+    from app.ui import curves_tab
+    from curves.synthetic import synthetic_run, write_console, write_jsonl
+
+    root = tmp_path / "nano-runs"
+    (root / "grpo").mkdir(parents=True)
+    (root / "llds-a").mkdir()
+    (root / "notes").mkdir()  # a folder with no log is skipped
+    write_console(root / "grpo" / "train.log", [("nano-grpo", synthetic_run("grpo", 120))])
+    write_jsonl(root / "llds-a" / "metrics.jsonl", synthetic_run("llds", 120),
+                name="nano-llds-a")
+    (root / "llds-a" / "train.log").write_text("step:1 - x:1\n")  # metrics.jsonl preferred
+    (root / "grpo" / "command.txt").write_text("python -m nano rl --method grpo --seed 0\n")
+    assert curves_tab.bundled_logs(root) == [root / "grpo" / "train.log",
+                                             root / "llds-a" / "metrics.jsonl"]
+    monkeypatch.setattr(curves_tab, "BUNDLED_RUNS", root)
+    from app.ui import build_app, launch_options
+
+    demo = build_app(lambda model: None, local_retriever)
+    port = free_port()
+    demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
+    try:
+        assert component(demo, "curves-bundled")["props"]["visible"] is True
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+        messages, summary, labels, first_plot, *_ = client.predict(
+            0.6, True, api_name="/curves_bundled")
+        assert "nano-scale training runs made by this project" in messages
+        assert "python -m nano rl --method grpo --seed 0" in messages
+        methods = {row[0]: row[1] for row in labels["data"]}
+        assert methods == {"nano-grpo": "GRPO", "nano-llds-a": "LLDS"}
+        assert first_plot["visible"] is True
+        figure = json.loads(first_plot["value"]["plot"])
+        names = " ".join(str(trace.get("name", "")) for trace in figure["data"])
+        assert "nano-grpo" in names and "nano-llds-a" in names  # overlaid in one panel
+        # Relabel and Analyze again: the bundled runs are re-plotted with the new label.
+        messages, _, labels, *_ = client.predict(
+            None, {"headers": ["run", "method"],
+                   "data": [["nano-grpo", "LLDS"], ["nano-llds-a", "LLDS"]]},
+            0.6, True, api_name="/curves")
+        assert {row[0]: row[1] for row in labels["data"]}["nano-grpo"] == "LLDS"
+        assert "made by this project" in messages
+    finally:
+        demo.close()
+
+
+def test_without_bundled_runs_the_button_is_hidden(tmp_path, monkeypatch, local_retriever):
+    from app.ui import build_app, curves_tab
+
+    monkeypatch.setattr(curves_tab, "BUNDLED_RUNS", tmp_path / "none")
+    demo = build_app(lambda model: None, local_retriever)
+    assert component(demo, "curves-bundled")["props"]["visible"] is False

@@ -1,0 +1,84 @@
+"""End to end in a real Chromium with the shipped nano agent: `python app.py` with no flags,
+offline (HF_HUB_OFFLINE=1), as a user on a CPU machine starts it. A question gets a search
+panel with the query and its documents, and the answer, from the model itself (no scripted
+backend). Runs once `assets/nano-agent` is in the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from agent.testing import ROOT, free_port, start_process, stop_process
+
+CHROMIUM = "/usr/bin/chromium"
+NANO_DIR = ROOT / "assets" / "nano-agent"
+EXAMPLES = ROOT / "assets" / "ask_examples.json"
+ARTIFACTS = ROOT / "test-artifacts"
+pytestmark = pytest.mark.browser
+
+if not (NANO_DIR / "config.json").is_file():
+    pytest.skip("assets/nano-agent is not in this checkout yet", allow_module_level=True)
+if not Path(CHROMIUM).exists():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing and CI is set: `apt-get install chromium`")
+    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)",
+                allow_module_level=True)
+
+
+def first_example() -> dict:
+    """The first of the Ask tab's nano examples (a held-out question it answers right)."""
+    if not EXAMPLES.is_file():
+        pytest.fail("assets/ask_examples.json is missing: run `python -m app.ui.examples` "
+                    "(it picks the held-out questions the nano agent answers)")
+    return json.loads(EXAMPLES.read_text(encoding="utf-8"))["examples"][0]
+
+
+@pytest.fixture(scope="module")
+def studio_url():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    # No flags: the default-model rule picks the nano agent (no GPU here, and offline).
+    process = start_process(["app.py", "--port", str(port)], url, timeout=240,
+                            env={"HF_HUB_OFFLINE": "1", "LLDS_MODEL": ""})
+    yield url
+    stop_process(process)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield chromium
+        chromium.close()
+
+
+def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
+    from playwright.sync_api import expect
+
+    example = first_example()
+    page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
+    page.goto(studio_url)
+    page.locator("#ask-button").wait_for()
+    expect(page.locator("#ask-model-info")).to_contain_text("Not an LLDS checkpoint")
+    page.get_by_text(example["question"], exact=True).first.click()  # the example button
+    expect(page.locator("#ask-question textarea")).to_have_value(example["question"])
+    page.locator("#ask-button").click()
+    chat = page.locator("#ask-chat")
+    expect(chat).to_contain_text("Search:", timeout=120_000)
+    expect(chat).to_contain_text(f"Answer: {example['answer']}", timeout=120_000)
+    search = chat.get_by_role("button", name="Search:").first
+    query = search.inner_text().split("Search:", 1)[1].strip()
+    assert query  # the model wrote a query
+    search.click()
+    expect(chat).to_contain_text("1. ")  # the documents it got back, numbered
+    expect(page.locator("#ask-stats")).to_contain_text("answer")
+    page.screenshot(path=str(ARTIFACTS / "nano-ask.png"), full_page=True)
