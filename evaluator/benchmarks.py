@@ -47,6 +47,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     )
 }
 BENCHMARK_NAMES = tuple(BENCHMARKS)
+# Sets shipped in the repository (offline, no --data-dir): the nano agent's held-out
+# questions on the embedded corpus. Not part of --all, which means the paper's seven.
+LOCAL_BENCHMARKS: dict[str, Path] = {
+    "vitalqa": Path(__file__).resolve().parent.parent / "assets",
+}
 IN_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if b.in_domain)
 OUT_OF_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if not b.in_domain)
 
@@ -406,9 +411,14 @@ def load_with_warnings(
     seed: int = 0,
 ) -> tuple[list[Question], list[str]]:
     """Load and select one benchmark; returns the questions and the warnings as text."""
+    if data_dir is None and merged_parquet is None and name in LOCAL_BENCHMARKS:
+        questions, _, _ = load_local(LOCAL_BENCHMARKS[name], name)
+        questions, dropped = scorable(name, questions)
+        return select(questions, limit=limit, sample=sample, seed=seed), dropped
     if name not in BENCHMARKS and data_dir is None and merged_parquet is None:
         raise DataError(
-            f"Unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)} "
+            f"Unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)}, "
+            f"{', '.join(LOCAL_BENCHMARKS)} "
             f"(other sets load from --data-dir or --merged-parquet)."
         )
     split: str | None
