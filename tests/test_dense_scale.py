@@ -126,8 +126,11 @@ def test_every_index_kind_serves_through_retrieve(corpus, encoder, flat_engine, 
             stop()
         got = [[item["document"]["id"] for item in row] for row in body["result"]]
         assert [len(row) for row in got] == [3] * len(QUERIES)
-        # The best match of each query is the flat index's, whatever the compression.
-        assert [row[0] for row in got] == [row[0] for row in exact], kind
+        # The best match is the flat index's: exactly for flat (mmap), and for all but at
+        # most one query under lossy compression (PQ codes can swap near-ties; k-means
+        # training varies with the thread count).
+        agree = sum(a[0] == b[0] for a, b in zip(got, exact, strict=True))
+        assert agree >= len(QUERIES) - (0 if kind.startswith("flat") else 1), (kind, agree)
         assert got[0][0] == next(r["id"] for r in load_records(corpus)
                                  if r["contents"].startswith('"2001: A Space Odyssey"'))
 
