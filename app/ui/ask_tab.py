@@ -129,7 +129,8 @@ class AskTab:
                 if nano_examples(studio):
                     gr.Examples(nano_examples(studio), inputs=[self.question],
                                 label="The nano agent answers these (held-out questions "
-                                      "about the embedded corpus)")
+                                      "about the embedded corpus)",
+                                elem_id="ask-nano-examples")
                 gr.Examples(CORPUS_EXAMPLES, inputs=[self.question],
                             label="The embedded corpus knows")
                 gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
