@@ -20,10 +20,10 @@ from agent.backends.base import ModelLoadError
 from app.ui import inputs
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
 
-# The paper's seven, then the sets shipped in the repository (vitalqa: offline).
-DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
 from evaluator.metrics import aggregate
 
+# The paper's seven, then the sets shipped in the repository (vitalqa: offline).
+DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
 MAX_SAMPLE = 500
 MAX_SEED = 2**31 - 1
 MAX_TURNS = 8
