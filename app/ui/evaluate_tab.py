@@ -19,7 +19,6 @@ import pandas as pd
 from agent.backends.base import ModelLoadError
 from app.ui import inputs
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
-
 from evaluator.metrics import aggregate
 
 # The paper's seven, then the sets shipped in the repository (vitalqa: offline).
