@@ -154,21 +154,21 @@ def run_size(n: int, args, work: Path) -> list[dict]:
     return rows
 
 
-def extrapolate(row: dict, threads: int, nlist: int) -> dict:
+def extrapolate(row: dict, threads: int) -> dict:
     """To wiki-18: sizes grow with n; flat and IVF (lists grown with n, so the same share is
-    scanned for the same recall) take time in proportion to n, HNSW to log n; queries/s on
-    16 cores = batch-256 rate × 16 / threads used (perfect parallel scaling assumed)."""
+    scanned for the same recall: conservative) take time in proportion to n, HNSW to log n;
+    queries/s on 16 cores = batch-256 rate x 16 / threads used (perfect parallel scaling
+    assumed). Build time is scaled linearly too (IVF training on a capped sample scales
+    less, HNSW insertion a little more). Sizes in GB (10^9 bytes)."""
     scale = WIKI18 / row["n"]
     config = row["config"]
-    if config == "flat-mmap":
-        resident = 0.0  # vectors come from the page cache or disk
-    elif config == "ivf-pq+rerank":
-        resident = row["file_mb"] * scale / 1024  # the codes; flat vectors read from disk
-    else:
-        resident = row["file_mb"] * scale / 1024
+    index_gb = row["file_mb"] * 2**20 * scale / 1e9
+    # flat-mmap holds nothing itself (vectors come from the page cache or disk); the
+    # re-ranked IVF-PQ holds its codes, and reads a few flat vectors per query from disk.
+    resident = 0.0 if config == "flat-mmap" else index_gb
     time_scale = np.log(WIKI18) / np.log(row["n"]) if config == "hnsw" else scale
-    return {"config": config, "index_gb": row["file_mb"] * scale / 1024,
-            "resident_gb": resident, "build_h": row["build_s"] * scale / 3600,
+    return {"config": config, "index_gb": index_gb, "resident_gb": resident,
+            "build_h": row["build_s"] * scale / 3600,
             "qps16": row["qps256"] / time_scale * 16 / threads,
             "latency_ms": 1000 / row["qps1"] * time_scale, "recall3": row["recall3"]}
 
@@ -185,10 +185,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="build HNSW only up to this size (its build is the slowest)")
     parser.add_argument("--seconds", type=float, default=3.0, help="per speed measurement")
     parser.add_argument("--threads", type=int, default=1, help="FAISS threads")
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--json", help="also write the measured rows here")
+    parser.add_argument("--from-json", help="print the tables from rows written by --json")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="dense-scale-") as tmp:
-        rows = [r for n in map(int, args.sizes.split(",")) for r in run_size(n, args, Path(tmp))]
+    if args.from_json:
+        rows = json.loads(Path(args.from_json).read_text())
+    else:
+        with tempfile.TemporaryDirectory(prefix="dense-scale-") as tmp:
+            rows = [r for n in map(int, args.sizes.split(","))
+                    for r in run_size(n, args, Path(tmp))]
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
     largest = max(r["n"] for r in rows)
     base = {r["n"]: r for r in rows if r["config"] == "flat"}
     print(f"\nMeasured (FAISS threads: {args.threads}; ratios against flat in RAM, the naive "
@@ -200,16 +207,15 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['rss_anon_mb']:8.0f} {r['rss_file_mb']:8.0f} {r['qps1']:8.1f} "
               f"{r['qps256']:9.1f} {r['qps256'] / base[r['n']]['qps256']:7.1f} "
               f"{r['recall3']:8.3f}")
-    nlist = args.nlist or faiss_index.default_nlist(largest)
     print(f"\nExtrapolated to wiki-18 ({WIKI18:,} vectors) from the {largest:,} row: sizes "
           "and build time linear in n; flat and IVF search time linear in n (IVF lists grown "
           "with n to keep recall), HNSW in log n; 16 cores assumed to scale linearly. "
           "Recall is the measured one.")
-    print(f"{'index':14} {'index GB':>9} {'RAM GB':>7} {'build h':>8} {'q/s 16c':>8} "
+    print(f"{'index':14} {'index GB':>9} {'held GB':>7} {'build h':>8} {'q/s 16c':>8} "
           f"{'ms/query':>9} {'recall@3':>8}  fits 16 GB at recall>=0.95")
     winners = []
     for r in (r for r in rows if r["n"] == largest):
-        e = extrapolate(r, args.threads, nlist)
+        e = extrapolate(r, args.threads)
         fits = e["resident_gb"] + 1.5 <= 16 and e["recall3"] >= 0.95  # + encoder, ids, corpus
         if fits and r["config"] != "flat-mmap":
             winners.append(e)
@@ -223,8 +229,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\nFits 16 GB at recall@3 >= 0.95: {best['config']} "
               f"(~{best['resident_gb']:.1f} GB resident, recall@3 {best['recall3']:.3f}, "
               f"~{best['qps16']:.0f} q/s on 16 cores, extrapolated).")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ class Fetch:
     name: str  # file name
     size: int
     present: bool
+    url: str = ""  # pyserini: where its tarball is
+    md5: str = ""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ def plan(name: str, engine: str, directory: Path, sources: dict | None = None) -
             (file, size), = spec["files"].items()
             output = directory / file.removesuffix(".tar.gz")
             done = output.is_dir() and any(output.glob("segments_*"))
-            fetch = Fetch("pyserini", spec["pyserini_prebuilt"], file, size, done)
+            fetch = Fetch("pyserini", spec["pyserini_prebuilt"], file, size, done,
+                          spec["url"], spec["md5"])
             steps.append(Step(part, (fetch,), "pyserini", output, spec["output_bytes_estimate"],
                               done))
             continue
@@ -121,15 +124,7 @@ def _origin_text(fetch: Fetch) -> str:
         from huggingface_hub import constants
 
         return f"{constants.ENDPOINT}/datasets/{fetch.repo} (Hugging Face Hub, dataset)"
-    return f"pyserini prebuilt index {fetch.repo} ({_pyserini_url(fetch.repo)})"
-
-
-def _pyserini_url(name: str) -> str:
-    try:
-        from pyserini.prebuilt_index_info import TF_INDEX_INFO
-    except ImportError:
-        return "pyserini's download server"
-    return TF_INDEX_INFO.get(name, {}).get("urls", ["pyserini's download server"])[0]
+    return f"pyserini prebuilt index {fetch.repo} ({fetch.url})"
 
 
 def describe(steps: list[Step], directory: Path) -> str:
@@ -160,7 +155,7 @@ def offline_reason(steps: list[Step], timeout: float = 5.0) -> str | None:
     if "pyserini" in origins:
         for s in steps:
             if s.unpack == "pyserini" and not s.done:
-                reason = _unreachable(_pyserini_url(s.fetches[0].repo), timeout)
+                reason = _unreachable(s.fetches[0].url, timeout)
                 if reason:
                     return reason
     return None
@@ -230,14 +225,15 @@ def fetch_all(steps: list[Step], directory: Path) -> None:
 
 
 def _fetch_pyserini(step: Step, directory: Path) -> None:
-    from pyserini.prebuilt_index_info import TF_INDEX_INFO
+    from retriever.pyserini_compat import load_lucene
+
+    load_lucene()  # pyserini's modules need its Java set up first
     from pyserini.util import download_and_unpack_index
 
     fetch = step.fetches[0]
-    info = TF_INDEX_INFO[fetch.repo]
-    download_and_unpack_index(info["urls"][0], index_directory=str(directory),
-                              local_filename=info["filename"], md5=info["md5"],
-                              expected_size=info.get("size compressed (bytes)"))
+    download_and_unpack_index(fetch.url, index_directory=str(directory),
+                              local_filename=fetch.name, md5=fetch.md5,
+                              expected_size=fetch.size)
 
 
 def serve_command(steps: list[Step], engine: str) -> str:
