@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from agent.backends.base import Backend
-from agent.loop import AgentSettings
+from agent.loop import CONTEXT_FULL_RULES, AgentSettings
 from agent.models import AUTO, model_flag, resolve
 
 BACKENDS = ("transformers", "openai")
@@ -71,6 +71,11 @@ def add_agent_flags(parser: argparse.ArgumentParser, max_new_tokens: int = 500) 
     group.add_argument("--seed", type=int, default=None)
     group.add_argument("--stop-on-eos", action="store_true",
                        help="end the run at EOS (infer.py) instead of the invalid-action note")
+    group.add_argument("--on-context-full", choices=CONTEXT_FULL_RULES,
+                       default=env("LLDS_ON_CONTEXT_FULL", "truncate"),
+                       help="when the context outgrows 4,096 tokens: truncate (keep its last "
+                            "4,096 tokens and go on, as Search-R1 does) or stop (end the run "
+                            "with context_full) (env LLDS_ON_CONTEXT_FULL)")
 
 
 def agent_settings(args: argparse.Namespace) -> AgentSettings:
@@ -79,7 +84,8 @@ def agent_settings(args: argparse.Namespace) -> AgentSettings:
                          max_new_tokens=args.max_new_tokens,
                          max_obs_tokens=args.max_obs_tokens, greedy=not sampling,
                          temperature=args.temperature if sampling else 1.0, top_p=args.top_p,
-                         seed=args.seed, stop_on_eos=args.stop_on_eos)
+                         seed=args.seed, stop_on_eos=args.stop_on_eos,
+                         on_context_full=args.on_context_full)
 
 
 @dataclass(frozen=True)

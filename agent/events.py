@@ -51,6 +51,9 @@ class InvalidAction:
 
 @dataclass(frozen=True)
 class AnswerGiven:
+    # The run's prediction (`protocol.answer_of` over the model's turns), which
+    # `Finished.answer` repeats: the last `<answer>` block the model wrote, which need not be
+    # the one that made this turn an answer action.
     answer: str
 
 
@@ -63,12 +66,15 @@ class Finished:
     seconds: float
     trajectory: str  # prompt + everything generated and inserted: what the model saw
     prompt: str
-    answer: str | None = None
+    answer: str | None = None  # the prediction, computed once (protocol.answer_of)
     invalid_actions: int = 0
     retrieved: list[str] = field(default_factory=list)  # contents of every retrieved document
     error: str | None = None
     # The trajectory piece by piece (prompt first); "".join of the texts is `trajectory`.
     segments: tuple[Segment, ...] = ()
+    # Turns generated from a left-cut context (the rolling window kept its last
+    # AgentSettings.max_context_tokens tokens, as Search-R1 does); 0 when it always fit.
+    context_cuts: int = 0
 
     @property
     def response(self) -> str:

@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # the client pulls in httpx; the loop only needs the interfac
     from retriever.client import Retriever
 
 
+CONTEXT_FULL_RULES = ("stop", "truncate")
+
+
 @dataclass(frozen=True)
 class AgentSettings:
     max_turns: int = 4  # rounds with retrieval; one closing round without follows
@@ -47,6 +50,16 @@ class AgentSettings:
     # Search-R1's rollouts treat EOS without an action as an invalid action and go on (the
     # evaluation protocol); its interactive infer.py instead stops at EOS. Default: protocol.
     stop_on_eos: bool = False
+    # When the context outgrows max_context_tokens: "truncate" feeds the model its last
+    # max_context_tokens tokens and goes on, as Search-R1's rollouts do (a full turn budget
+    # each time; Finished.context_cuts counts the cut turns); "stop" ends the run with
+    # `context_full` (the turn budget then shrinks so the context never exceeds the cap).
+    on_context_full: str = "truncate"
+
+    def __post_init__(self) -> None:
+        if self.on_context_full not in CONTEXT_FULL_RULES:
+            raise ValueError(f"on_context_full must be one of {', '.join(CONTEXT_FULL_RULES)}, "
+                             f"not {self.on_context_full!r}")
 
     @property
     def sampling(self) -> Sampling:
@@ -64,7 +77,7 @@ class _QuestionState:
         self.generated = [False]  # per segment: written by the model?
         self.tokens = backend.count_tokens(self.prompt)
         self.round = 0
-        self.searches = self.invalid = self.new_tokens = 0
+        self.searches = self.invalid = self.new_tokens = self.cuts = 0
         self.retrieved: list[str] = []
         self.answer: str | None = None
         self.started = time.perf_counter()
@@ -79,15 +92,29 @@ class _QuestionState:
     def budget(self) -> int:
         """New tokens allowed this turn; 0 or less means the context is full."""
         if self.round == 0 and self.tokens > self.settings.max_prompt_tokens:
-            return 0
+            return 0  # a question too long for the prompt window: an input error, never cut
+        if self.settings.on_context_full == "truncate":
+            return self.settings.max_new_tokens
         return min(self.settings.max_new_tokens, self.settings.max_context_tokens - self.tokens)
+
+    def window(self) -> int | None:
+        """`keep_last` for the turn about to be generated (counted as a cut), or None."""
+        if (self.settings.on_context_full != "truncate"
+                or self.tokens <= self.settings.max_context_tokens):
+            return None
+        self.cuts += 1
+        return self.settings.max_context_tokens
+
+    def model_turns(self) -> list[str]:
+        return [s for s, generated in zip(self.segments, self.generated, strict=True)
+                if generated]
 
     def finish(self, reason: str, error: str | None = None) -> Finished:
         return Finished(reason, self.round + (reason != "context_full"), self.searches,
                         self.new_tokens, time.perf_counter() - self.started,
                         "".join(self.segments), self.prompt, self.answer, self.invalid,
                         list(self.retrieved), error,
-                        tuple(map(Segment, self.segments, self.generated)))
+                        tuple(map(Segment, self.segments, self.generated)), self.cuts)
 
     def _append(self, text: str, generated: bool = False) -> None:
         self.segments.append(text)
@@ -99,12 +126,17 @@ class _QuestionState:
         text = protocol.cut_turn(output.text)
         self._append(text, generated=True)
         self.new_tokens += output.new_tokens
+        # The prediction: computed here, once, from the model's own turns only.
+        self.answer = protocol.answer_of(self.model_turns())
         if output.finish == "cancelled":
             return [], None, self.finish("cancelled")
         action = protocol.parse_action(text)
         if action.kind == "answer":
-            self.answer = action.content
-            return [AnswerGiven(action.content)], None, self.finish("answer")
+            # The action is the turn's first block; the prediction its last `<answer>` (they
+            # differ in `<answer> x </answer> <answer> y </answer> <search> q </search>`).
+            # Never None here: the action's own block is an `<answer>` match.
+            answer = self.answer if self.answer is not None else action.content
+            return [AnswerGiven(answer)], None, self.finish("answer")
         if self.final:  # the closing round: an action is parsed, but no search states
             return [], None, self.finish("max_turns")
         if action.kind == "search":
@@ -151,19 +183,25 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
                 yield state.finish("context_full")
                 return
             yield state.turn_started()
-            output, shown, text = None, 0, ""
-            for item in backend.stream(state.segments, budget, settings.sampling, cancel):
+            window = state.window()
+            output, shown, text = None, "", ""
+            for item in backend.stream(state.segments, budget, settings.sampling, cancel,
+                                       **({"keep_last": window} if window else {})):
                 if isinstance(item, TurnOutput):
                     output = item
                     break
                 text += item
-                cut = protocol.find_stop(text)
-                visible = text if cut < 0 else text[:cut]
-                if len(visible) > shown:
-                    yield TextDelta(visible[shown:])
-                    shown = len(visible)
+                # Shown: what the cut keeps so far. Past a `</answer>` the text is held
+                # back; it joins the turn only if a `</search>` follows (then the cut moves).
+                visible = protocol.cut_turn(text)
+                if len(visible) > len(shown):
+                    yield TextDelta(visible[len(shown):])
+                    shown = visible
             if output is None:
                 raise RuntimeError("the backend ended a turn without its TurnOutput")
+            final = protocol.cut_turn(output.text)
+            if len(final) > len(shown) and final.startswith(shown):  # e.g. a restored tag
+                yield TextDelta(final[len(shown):])
             events, query, finished = state.take_turn(output)
             yield from events
             if finished is not None:
@@ -189,9 +227,11 @@ def run_agent_batch(questions: Sequence[str], backend: Backend, retriever: Retri
         active = [i for i in active if budgets[i] > 0]
         if not active:
             return
+        windows = [states[i].window() for i in active]
         try:
             outputs = backend.generate([states[i].segments for i in active],
-                                       [budgets[i] for i in active], settings.sampling)
+                                       [budgets[i] for i in active], settings.sampling,
+                                       **({"keep_last": windows} if any(windows) else {}))
         except Exception as err:
             for i in active:
                 yield i, states[i].finish("error", f"{type(err).__name__}: {err}")

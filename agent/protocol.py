@@ -8,15 +8,17 @@ sees exactly these.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 # The document format belongs to the retriever; the protocol renders with it.
 from retriever.doc import render_documents, split_title
 
-__all__ = ["INSTRUCTION", "INVALID_ACTION_MESSAGE", "STOP_STRINGS", "Action", "build_prompt",
-           "cut_turn", "extract_answer", "find_stop", "normalize_question", "observation",
-           "parse_action", "render_documents", "split_title", "user_message"]
+__all__ = ["INSTRUCTION", "INVALID_ACTION_MESSAGE", "PROTOCOL_TAGS", "STOP_STRINGS", "Action",
+           "answer_of", "build_prompt", "cut_turn", "extract_answer", "find_stop",
+           "normalize_question", "observation", "parse_action", "render_documents",
+           "split_title", "user_message"]
 
 INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> "
@@ -35,13 +37,23 @@ INVALID_ACTION_MESSAGE = (
     "between <answer> and </answer>. Let me try again.\n"
 )
 
-# Stop strings for one turn. Search-R1 lists `</search>` with an optional leading space and
-# trailing newlines as token sequences; matched as text, `</search>` alone covers them all.
-STOP_STRINGS = ("</search>", "</answer>")
+# Where generation of a turn may stop before EOS or the budget. Search-R1's rollouts generate
+# to EOS and then cut after the first `</search>`, else the first `</answer>`. Stopping at the
+# first `</search>` cannot change that outcome (everything after it is cut), so it is the one
+# stop string. Stopping at `</answer>` could: a later `</search>` moves the cut past it (`...
+# </answer> <search> q </search>` is a search), and a later `<answer>` block before that
+# `</search>` changes the scored answer. (Search-R1's infer.py lists `</search>` with an
+# optional leading space and trailing newlines as token sequences; matched as text,
+# `</search>` alone covers them all.)
+STOP_STRINGS = ("</search>",)
+
+# The protocol's tags. A tokenizer may hold some as special tokens (Qwen3-derived ones can
+# flag `<think>`); they are the model's text and are never dropped when decoding.
+PROTOCOL_TAGS = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
+                 "<information>", "</information>")
 
 _ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_INFORMATION_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
 
 
 def normalize_question(question: str) -> str:
@@ -68,7 +80,12 @@ def build_prompt(question: str, tokenizer: Any = None) -> str:
 
 
 def cut_turn(text: str) -> str:
-    """Cut a generated turn after the first `</search>`, else after the first `</answer>`."""
+    """Cut a generated turn after the first `</search>`, else after the first `</answer>`.
+
+    Applied to a turn still being generated, it gives the part that is already certain to
+    stay, except that a `</answer>` cut may still grow to a later `</search>`: what a front
+    end may show while streaming.
+    """
     for tag in ("</search>", "</answer>"):
         end = text.find(tag)
         if end != -1:
@@ -77,8 +94,8 @@ def cut_turn(text: str) -> str:
 
 
 def find_stop(text: str) -> int:
-    """Index just past the first stop tag in `text`, or -1 when there is none yet."""
-    ends = [i + len(tag) for tag in ("</search>", "</answer>") if (i := text.find(tag)) != -1]
+    """Index just past the first stop string (`</search>`) in `text`; -1 when none yet."""
+    ends = [i + len(tag) for tag in STOP_STRINGS if (i := text.find(tag)) != -1]
     return min(ends) if ends else -1
 
 
@@ -101,15 +118,25 @@ def observation(rendered_docs: str) -> str:
     return f"\n\n<information>{rendered_docs.strip()}</information>\n\n"
 
 
-def extract_answer(response: str) -> str | None:
-    """The content of the last `<answer>` in the model's response, stripped; None if absent.
-
-    Only the response is searched: the prompt's own `<answer> Beijing </answer>` example
-    must never count as a prediction, and neither may a tag that a retrieved document or
-    the inserted invalid-action note (which names `<answer> and </answer>`) contains, so
-    those are dropped first.
-    """
-    generated = _INFORMATION_RE.sub("", response).replace(INVALID_ACTION_MESSAGE, "")
-    matches = _ANSWER_RE.findall(generated)
+def extract_answer(text: str) -> str | None:
+    """The content of the last `<answer>…</answer>` in one piece of model-written text,
+    stripped; None if there is none. Nothing is removed first: see `answer_of`."""
+    matches = _ANSWER_RE.findall(text)
     return matches[-1].strip() if matches else None
 
+
+def answer_of(turns: Iterable[str]) -> str | None:
+    """The prediction of a run: the last `<answer>` block found in the model's own turns.
+
+    Each generated turn (as cut) is searched on its own, so a match never spans inserted
+    text: an unclosed `<answer>` in one turn never joins a `</answer>` after an observation
+    or the invalid-action note. The prompt's `<answer> Beijing </answer>` example, retrieved
+    documents and the note are not the model's turns, so their tags never count. Search-R1
+    scores the last match over prompt + response instead (README, "Protocol").
+    """
+    answer = None
+    for turn in turns:
+        found = extract_answer(turn)
+        if found is not None:
+            answer = found
+    return answer

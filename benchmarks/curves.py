@@ -6,13 +6,21 @@
    Target: under 2 s for the 200k lines.
 2. Building the figures for 2 runs x 1,000 steps x 60 metrics (phase analysis included) vs
    a naive `plotly.express.line` per metric on a long table.
+3. Memory (`--memory`): a generated ~190 MB verl console log (`--log-mb`) through
+   `analyze_uploads` and the HTML report, each in a fresh process: peak RSS, report size and
+   the figures' JSON (what the UI sends the browser), with every trace bounded to
+   MAX_POINTS vs every point drawn (the way before). Then a 0.24 MB parquet that expands to
+   448 MB: peak RSS of the guarded reader vs `pandas.read_parquet`.
 
-Run: python benchmarks/curves.py
+Run: python benchmarks/curves.py [--memory] [--log-mb 190]
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -143,11 +151,127 @@ def bench_figures() -> None:
     print(f"  ratio naive/ours: {naive_s / ours_s:.2f}x")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+# The child's own peak RSS: VmHWM belongs to the process image, while ru_maxrss survives
+# exec on Linux and would report the (larger) parent's peak.
+_PEAK = """
+def peak_mb():
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+"""
+
+# Run in a fresh process so its peak RSS is its own: the analysis of one log, the report.
+_ANALYSE = _PEAK + """
+import json, sys
+import curves.plots
+if sys.argv[3] == "all-points":
+    curves.plots.MAX_POINTS = 10**12  # the way before: every logged point drawn
+from curves import analyze_uploads
+from curves.report import render_report
+result = analyze_uploads([sys.argv[1]])
+html = render_report(result)
+open(sys.argv[2], "w", encoding="utf-8").write(html)
+payload = sum(len(panel.figure.to_json()) for panel in result.panels)
+print(json.dumps({"peak_mb": peak_mb(), "report_mb": len(html.encode()) / 2**20,
+                  "payload_mb": payload / 2**20,
+                  "points": sum(len(t.x) for p in result.panels for t in p.figure.data
+                                if t.x is not None)}))
+"""
+
+_PARQUET = _PEAK + """
+import json, sys
+import pyarrow, pandas  # imported by both ways: the start line includes them
+before = peak_mb()
+if sys.argv[2] == "guarded":
+    from curves.parse import LogFormatError, read_log
+    try:
+        read_log(sys.argv[1])
+        outcome = "read"
+    except LogFormatError as error:
+        outcome = "refused: " + str(error)[:90]
+else:
+    import pandas as pd
+    outcome = f"read {pd.read_parquet(sys.argv[1]).shape}"
+print(json.dumps({"peak_mb": peak_mb(), "start_mb": before, "outcome": outcome}))
+"""
+
+
+def _child(code: str, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    if done.returncode:
+        return {"error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_parquet_bomb(path: Path, rows: int = 28_000_000) -> None:
+    """A W&B-looking history parquet whose two columns of zeros (448 MB decoded)
+    compresses to a fraction of a megabyte, written a row group at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    chunk = 2_000_000
+    schema = pa.schema([("_step", pa.int64()), ("critic/score/mean", pa.float64())])
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        zeros = pa.array(np.zeros(chunk, dtype="int64"))
+        for _ in range(rows // chunk):
+            writer.write_table(pa.table({"_step": zeros, "critic/score/mean":
+                                         zeros.cast(pa.float64())}, schema=schema))
+
+
+def bench_memory(folder: Path, log_mb: float) -> None:
+    from curves.synthetic import write_large_console
+
+    log = folder / "synthetic-large.log"
+    steps, size = write_large_console(log, int(log_mb * 2**20))
+    print(f"memory: SYNTHETIC console log of {size / 2**20:.0f} MB ({steps:,} steps x 60 "
+          "metrics), analyze_uploads + HTML report, each in a fresh process")
+    results = {}
+    for mode in ("bounded", "all-points"):
+        results[mode] = _child(_ANALYSE, str(log), str(folder / f"{mode}.html"), mode)
+        r = results[mode]
+        if "error" in r:
+            print(f"  {mode:10}: failed ({r['error']})")
+            continue
+        print(f"  {mode:10}: peak RSS {r['peak_mb']:,.0f} MB; report {r['report_mb']:,.1f} MB; "
+              f"figure JSON {r['payload_mb']:,.1f} MB; {r['points']:,} points drawn")
+    ours, naive = results["bounded"], results["all-points"]
+    if "error" not in ours and "error" not in naive:
+        print(f"  ratio all-points/bounded: peak {naive['peak_mb'] / ours['peak_mb']:.2f}x, "
+              f"report {naive['report_mb'] / ours['report_mb']:.1f}x, figure JSON "
+              f"{naive['payload_mb'] / ours['payload_mb']:.1f}x")
+    log.unlink()
+    bomb = folder / "bomb-history.parquet"
+    write_parquet_bomb(bomb)
+    print(f"parquet: {bomb.stat().st_size / 2**20:.2f} MB file, 28,000,000 rows x 2 columns "
+          "(448 MB decoded)")
+    for mode in ("guarded", "pandas"):
+        r = _child(_PARQUET, str(bomb), mode)
+        if "error" in r:
+            print(f"  {mode:8}: failed ({r['error']})")
+        else:
+            print(f"  {mode:8}: peak RSS {r['peak_mb']:,.0f} MB (start {r['start_mb']:,.0f} MB); "
+                  f"{r['outcome']}")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--memory", action="store_true", help="also the memory benchmark")
+    parser.add_argument("--log-mb", type=float, default=190.0, help="console log size")
+    args = parser.parse_args()
     print("SYNTHETIC benchmark data (generated here, not real training logs)")
     with tempfile.TemporaryDirectory() as tmp:
         bench_parse(Path(tmp))
-    bench_figures()
+        bench_figures()
+        if args.memory:
+            bench_memory(Path(tmp), args.log_mb)
 
 
 if __name__ == "__main__":

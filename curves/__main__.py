@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m curves") -> int:
         with pd.option_context("display.width", 200, "display.max_columns", None,
                                "display.max_colwidth", 60):
             print(result.summary.drop(columns=["notes"]).to_string(index=False))
+        print(f"phase rule: {result.rule.describe()}")
         for analysis in result.analyses:
+            if analysis.phase_series:
+                print(f"{analysis.run}: " + "; ".join(
+                    f"phase {label} from {where}"
+                    for label, where in analysis.phase_series.items()))
             if analysis.notes:
                 print(f"{analysis.run}: " + "; ".join(analysis.notes))
         try:

@@ -19,9 +19,18 @@ with every threshold in `PhaseRule`:
   `spike_window` values.
 * Peak / trend: the likelihood smoothed with a centred rolling mean of `smooth_window`
   points; the peak is its maximum.
+* Plain GRPO logs (Search-R1's own) have no likelihood keys. Then the same piecewise rule
+  runs on a stand-in, the first present of `FALLBACK_SERIES`: the entropy, then the
+  response length, each rising where the likelihood would fall (in units of its median, so
+  `min_drop` is a relative rise). Phase III falls back further on the gradient norm: its
+  first spike after the onset of II, or, without II, the last spike before a reward
+  collapse. Each phase records the series it was read from (`phase_series`).
+* Long runs are analysed on at most `max_points` bin means (consecutive steps averaged),
+  so the cost stays bounded whatever the log length; onsets are then bin starts.
 
-Why ~390 lines: the phase rule is one algorithm (piecewise fit, onset refinement, reward
-collapse, gradient spikes) and the summary table that reports it; read it top to bottom.
+Why ~490 lines: the phase rule is one algorithm (piecewise fit, onset refinement, stand-in
+series, reward collapse, gradient spikes) and the summary table that reports it; read it
+top to bottom.
 """
 
 from __future__ import annotations
@@ -51,9 +60,21 @@ class PhaseRule:
     reward_min_steps: int = 10
     spike_factor: float = 3.0
     spike_window: int = 20
+    max_points: int = 2000
 
     def describe(self) -> str:
-        return ", ".join(f"{key}={value}" for key, value in asdict(self).items())
+        return (", ".join(f"{key}={value}" for key, value in asdict(self).items())
+                + "; " + FALLBACK_TEXT)
+
+
+# Stand-ins for the likelihood of advantage >= 0 responses when a log lacks the LLDS fork's
+# keys, in order: a falling likelihood of the model's own samples shows as a rising entropy,
+# and as responses running longer. Ours, not the paper's.
+FALLBACK_SERIES = ("entropy", "response_length")
+FALLBACK_TEXT = ("without actor/pos_avg_old_log_prob, phases II/III come from a rising "
+                 "entropy, else a rising response length, and phase III else from the "
+                 "gradient norm's first spike after II (without II, its last spike before a "
+                 "reward collapse)")
 
 
 @dataclass
@@ -86,6 +107,7 @@ class RunAnalysis:
     final_reward: float | None = None
     reward_collapse_step: int | None = None
     grad_spikes: list[int] = field(default_factory=list)
+    phase_series: dict[str, str] = field(default_factory=dict)  # "II"/"III" -> where from
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -96,8 +118,11 @@ class RunAnalysis:
 
     def phases(self) -> list[tuple[str, int, int]]:
         """(label, start step, end step) for each detected phase, for shading."""
-        if self.decay_onset is None or self.first_step is None or self.last_step is None:
+        if self.first_step is None or self.last_step is None:
             return []
+        if self.decay_onset is None:  # phase III from the gradient norm alone
+            return [] if self.accel_onset is None else [("III", self.accel_onset,
+                                                         self.last_step)]
         spans = []
         if self.decay_onset > self.first_step:
             spans.append(("I", self.first_step, self.decay_onset))
@@ -192,17 +217,21 @@ def _hinge_joint(x: np.ndarray, y: np.ndarray, min_segment: int) -> int | None:
         return None
     t = (x - x[0]) / (float(x[-1] - x[0]) or 1.0)
     ks = np.arange(min_segment, n - min_segment + 1)
-    design = np.empty((len(ks), n, 3))
-    design[:, :, 0] = 1.0
-    design[:, :, 1] = t
-    design[:, :, 2] = np.maximum(0.0, t[None, :] - t[ks][:, None])
-    xtx = np.einsum("kni,knj->kij", design, design)
-    xty = np.einsum("kni,n->ki", design, y)
-    try:
-        beta = np.linalg.solve(xtx, xty[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        return None
-    rss = float(y @ y) - np.einsum("ki,ki->k", beta, xty)
+    rss = np.empty(len(ks))
+    chunk = max(1, 2**20 // n)  # candidate joints per pass: ~24 MB of design matrix
+    for lo in range(0, len(ks), chunk):
+        part = ks[lo:lo + chunk]
+        design = np.empty((len(part), n, 3))
+        design[:, :, 0] = 1.0
+        design[:, :, 1] = t
+        design[:, :, 2] = np.maximum(0.0, t[None, :] - t[part][:, None])
+        xtx = np.einsum("kni,knj->kij", design, design)
+        xty = np.einsum("kni,n->ki", design, y)
+        try:
+            beta = np.linalg.solve(xtx, xty[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            return None
+        rss[lo:lo + len(part)] = float(y @ y) - np.einsum("ki,ki->k", beta, xty)
     return int(ks[int(np.argmin(rss))])
 
 
@@ -297,6 +326,95 @@ def grad_spikes(grad_norm: pd.Series, rule: PhaseRule) -> list[int]:
     return [int(step) for step in spikes.index]
 
 
+def bin_means(values: pd.Series, max_points: int) -> pd.Series:
+    """At most `max_points` means of consecutive points, each at its bin's first step."""
+    values = values.dropna()
+    size = -(-len(values) // max(1, max_points))  # ceiling division
+    if size <= 1:
+        return values
+    groups = np.arange(len(values)) // size
+    means = values.groupby(groups).mean()
+    means.index = values.index[::size]
+    return means
+
+
+def _signal(table: pd.DataFrame, keys: dict[str, str]) -> tuple[str, pd.Series, bool] | None:
+    """(raw key, values where a fall means displacement, is the likelihood itself)."""
+    if "lik_pos" in keys:
+        return keys["lik_pos"], table[keys["lik_pos"]].dropna(), True
+    for metric_id in FALLBACK_SERIES:
+        key = keys.get(metric_id)
+        if key is None:
+            continue
+        values = table[key].dropna()
+        if len(values):
+            scale = float(np.median(np.abs(values.to_numpy()))) or 1.0
+            return key, -values / scale, False
+    return None
+
+
+def _likelihood_findings(result: RunAnalysis, run: TrainingRun, values: pd.Series,
+                         rule: PhaseRule) -> None:
+    if len(values):
+        trend = centred_mean(values, rule.smooth_window)
+        result.likelihood_trend = trend
+        result.peak_step = int(trend.idxmax())
+        result.peak_value = float(trend.max())
+        result.end_value = float(trend.iloc[-1])
+    if run.rounded and len(values):
+        result.notes.append("likelihood read from a console log (rounded to 3 decimals)")
+
+
+def _phases(result: RunAnalysis, run: TrainingRun, keys: dict[str, str],
+            rule: PhaseRule) -> None:
+    signal = _signal(run.table, keys)
+    if signal is None:
+        result.notes.append("no actor/pos_avg_old_log_prob (logged by the LLDS verl fork) "
+                            "and no entropy or response length to stand in: likelihood phases "
+                            "not detected")
+        return
+    key, values, is_likelihood = signal
+    if is_likelihood:
+        result.likelihood_key = key
+        _likelihood_findings(result, run, values, rule)
+        where = key
+    else:
+        where = f"{key} (rising; stand-in, no likelihood keys)"
+        result.notes.append(f"no actor/pos_avg_old_log_prob (logged by the LLDS verl fork): "
+                            f"phases read from {key} instead")
+    series = bin_means(values, rule.max_points)
+    if len(series) < len(values):
+        result.notes.append(f"phases located on {len(series)} bin means of "
+                            f"{-(-len(values) // len(series))} steps each")
+    pieces, decay, accel, notes = detect_phases(series, rule)
+    if not is_likelihood:  # the stand-in was negated: its "decline" is a rise
+        notes = [n.replace("likelihood declined", f"{key} rose")
+                 .replace("likelihood decline", f"{key} rise").replace("likelihood", key)
+                 for n in notes]
+    result.segments, result.decay_onset, result.accel_onset = pieces, decay, accel
+    result.notes.extend(notes)
+    if decay is not None:
+        result.phase_series["II"] = where
+    if accel is not None:
+        result.phase_series["III"] = where
+
+
+def _phase_three_from_spikes(result: RunAnalysis, grad_key: str) -> None:
+    """Without the likelihood, a gradient-norm spike marks phase III (the paper's III:
+    sharp drop, gradient-norm spike, then the reward falls)."""
+    if result.decay_onset is not None:
+        after = [step for step in result.grad_spikes if step > result.decay_onset]
+        if after:
+            result.accel_onset = after[0]
+            result.phase_series["III"] = f"{grad_key} (first spike after II)"
+    elif result.reward_collapse_step is not None:
+        before = [step for step in result.grad_spikes if step <= result.reward_collapse_step]
+        if before:
+            result.accel_onset = before[-1]
+            result.phase_series["III"] = (f"{grad_key} (last spike before the reward "
+                                          "collapse)")
+
+
 def analyse_run(run: TrainingRun, rule: PhaseRule | None = None) -> RunAnalysis:
     """All per-run findings; every claim not supported by the data is left None with a note."""
     rule = rule or PhaseRule()
@@ -306,24 +424,7 @@ def analyse_run(run: TrainingRun, rule: PhaseRule | None = None) -> RunAnalysis:
     result = RunAnalysis(run=run.name, method=run.method, n_steps=len(steps),
                          first_step=int(steps.min()) if len(steps) else None,
                          last_step=int(steps.max()) if len(steps) else None)
-    lik_key = keys.get("lik_pos")
-    if lik_key is None:
-        result.notes.append("no actor/pos_avg_old_log_prob (logged by the LLDS verl fork): "
-                            "likelihood phases not detected")
-    else:
-        values = table[lik_key].dropna()
-        result.likelihood_key = lik_key
-        if len(values):
-            trend = centred_mean(values, rule.smooth_window)
-            result.likelihood_trend = trend
-            result.peak_step = int(trend.idxmax())
-            result.peak_value = float(trend.max())
-            result.end_value = float(trend.iloc[-1])
-        pieces, decay, accel, notes = detect_phases(values, rule)
-        result.segments, result.decay_onset, result.accel_onset = pieces, decay, accel
-        result.notes.extend(notes)
-        if run.rounded and len(values):
-            result.notes.append("likelihood read from a console log (rounded to 3 decimals)")
+    _phases(result, run, keys, rule)
     reward_key = keys.get("reward")
     if reward_key is None:
         result.notes.append("no reward key (critic/score/mean): reward collapse not judged")
@@ -341,14 +442,21 @@ def analyse_run(run: TrainingRun, rule: PhaseRule | None = None) -> RunAnalysis:
     grad_key = keys.get("grad_norm")
     if grad_key is not None:
         result.grad_spikes = grad_spikes(table[grad_key], rule)
+        if result.likelihood_key is None and result.accel_onset is None:
+            _phase_three_from_spikes(result, grad_key)
     return result
+
+
+def phase_sources(analysis: RunAnalysis) -> str:
+    """'II: key; III: key (...)' for the phases found, '' when none."""
+    return "; ".join(f"{label}: {where}" for label, where in analysis.phase_series.items())
 
 
 SUMMARY_COLUMNS = [
     "run", "method", "steps", "step range", "best reward (smoothed)", "best reward step",
     "final reward (last 5 mean)", "likelihood peak step", "likelihood change peak→end",
     "steady decay onset (II)", "accelerated collapse onset (III)", "first grad-norm spike",
-    "reward collapse step", "collapsed", "notes",
+    "reward collapse step", "collapsed", "phases from", "notes",
 ]
 
 
@@ -373,6 +481,7 @@ def summary_table(analyses: list[RunAnalysis]) -> pd.DataFrame:
             "reward collapse step": a.reward_collapse_step,
             "collapsed": ("yes" if a.reward_collapse_step is not None
                           else "no" if a.reward_key else "unknown"),
+            "phases from": phase_sources(a),
             "notes": "; ".join(a.notes),
         })
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

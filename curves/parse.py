@@ -5,9 +5,9 @@ streams it, and returns a `ParsedFile` holding one or more `TrainingRun`s. Every
 with the input becomes a `LogFormatError` whose message says what was wrong and what to
 do; lines that fail to parse are counted and reported instead of aborting the file.
 
-Why one module of ~600 lines: format detection and the six readers share the step-segment
-builder, the console-line patterns and the error wording; split apart, each part would
-reach into the others' private helpers.
+Why one module of ~660 lines: format detection and the six readers share the step-segment
+builder, the console-line patterns, the size guards and the error wording; split apart,
+each part would reach into the others' private helpers.
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ from curves.runs import TrainingRun, make_run, recognised_keys
 
 MAX_BYTES = 200 * 1024 * 1024
 HEAD_BYTES = 64 * 1024
+# A parquet file's size says nothing of what it holds (a 0.24 MB file can expand to 450 MB):
+# its numeric cells, read off the metadata before anything is read, are capped instead.
+MAX_PARQUET_CELLS = 10_000_000  # 80 MB of float64: ~10k steps x 1,000 metrics
+MAX_PARQUET_COLUMNS = 20_000
 
 FORMAT_NAMES = {
     "verl-console": "verl console log (step:N - key:value - ...)",
@@ -108,8 +112,12 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
         raise LogFormatError(f"the file is binary and not a format we read ({KNOWN_FORMATS_TEXT})")
     text = _decode_head(head, complete=size <= HEAD_BYTES)
     lines = [line for line in text.splitlines() if line.strip()]
-    if not lines:
+    if not lines and size <= HEAD_BYTES:
         raise LogFormatError("the file holds only blank lines")
+    if size > HEAD_BYTES and (len(lines) <= 1 and not text.endswith(("\n", "\r"))):
+        # The first line runs past the head (a JSON record or a CSV header with thousands
+        # of keys): read it whole; the file size limit bounds it.
+        lines = [_first_line(path)]
     first = lines[0].lstrip("\ufeff").strip()
     if first.startswith("{"):
         try:
@@ -136,6 +144,15 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
         f"unknown format: no step lines, step column or step field found. We read: "
         f"{KNOWN_FORMATS_TEXT}"
     )
+
+
+def _first_line(path: str) -> str:
+    """The first non-blank line of the file, however long."""
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if raw.strip():
+                return _decode_head(raw, complete=True)
+    raise LogFormatError("the file holds only blank lines")
 
 
 def _decode_head(head: bytes, complete: bool) -> str:
@@ -261,19 +278,25 @@ class _Segments:
 
 
 def _rows_to_table(steps: list[int], rows: list[tuple[tuple, list]]) -> pd.DataFrame:
-    """Build a step x key table from rows, one 2-D block per run of rows sharing a key tuple
-    (most log lines repeat the previous line's keys, so there are few blocks)."""
-    blocks: list[pd.DataFrame] = []
+    """Build a step x key table from rows: one float array for the whole table, filled one
+    2-D block per run of rows sharing a key tuple (most log lines repeat the previous
+    line's keys, so there are few blocks; a key that comes and goes, such as a validation
+    score every 10 steps, costs a block, not a DataFrame and a concat)."""
+    columns: dict[str, int] = {}
+    spans: list[tuple[int, int, list[int]]] = []
     start = 0
     for i in range(1, len(rows) + 1):
         if i < len(rows) and (rows[i][0] is rows[start][0] or rows[i][0] == rows[start][0]):
             continue
-        keys = rows[start][0]
-        values = np.array([row[1] for row in rows[start:i]], dtype="float64").reshape(
-            i - start, len(keys))
-        blocks.append(pd.DataFrame(values, index=steps[start:i], columns=list(keys)))
+        where = [columns.setdefault(key, len(columns)) for key in rows[start][0]]
+        spans.append((start, i, where))
         start = i
-    table = blocks[0] if len(blocks) == 1 else pd.concat(blocks, sort=False)
+    values = np.full((len(rows), len(columns)), np.nan)
+    for lo, hi, where in spans:
+        if where:
+            values[lo:hi, where] = np.array([row[1] for row in rows[lo:hi]],
+                                            dtype="float64").reshape(hi - lo, len(where))
+    table = pd.DataFrame(values, index=steps, columns=list(columns))
     if table.index.has_duplicates:
         # Same step printed twice: merge, the later non-missing value wins.
         table = table.groupby(level=0, sort=False).last()
@@ -556,10 +579,31 @@ def _count_data_lines(path: str) -> int:
 
 
 def read_parquet(path: str) -> ParsedFile:
-    """A W&B `<run-id>-history` parquet artifact."""
+    """A W&B `<run-id>-history` parquet artifact: its step and numeric columns only, and
+    only when their cells fit MAX_PARQUET_CELLS (checked on the metadata, before reading)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
-        frame = pd.read_parquet(path)
+        handle = pq.ParquetFile(path)
+        schema = handle.schema_arrow
+        rows = handle.metadata.num_rows
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
+        raise LogFormatError(f"the parquet file is damaged or truncated ({exc}); download the "
+                             "W&B history artifact again") from None
+    numeric = [f.name for f in schema if f.name in STEP_COLUMNS or pa.types.is_integer(f.type)
+               or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)]
+    if len(schema) > MAX_PARQUET_COLUMNS or rows * len(numeric) > MAX_PARQUET_CELLS:
+        size = os.path.getsize(path) / 2**20
+        raise LogFormatError(
+            f"the parquet file ({size:.2f} MB) expands to {rows:,} rows x {len(numeric):,} "
+            f"numeric columns ({rows * len(numeric) * 8 / 2**20:,.0f} MB in memory; "
+            f"{len(schema):,} columns in all), over the limit of "
+            f"{MAX_PARQUET_CELLS * 8 / 2**20:.0f} MB and {MAX_PARQUET_COLUMNS:,} columns; "
+            "export fewer metrics or a sampled history from W&B")
+    try:
+        frame = handle.read(columns=numeric).to_pandas()
+    except Exception as exc:
         raise LogFormatError(f"the parquet file is damaged or truncated ({exc}); download the "
                              "W&B history artifact again") from None
     runs, notes = _runs_from_frame(frame, path, "wandb-parquet")

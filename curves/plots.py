@@ -2,7 +2,8 @@
 
 Lines are EMA-smoothed (W&B-style weight: 0 = raw, 0.99 = very smooth); the hover shows
 the raw value and the raw logger key. Phases found by `analysis` are shaded per run and can
-be turned off with `annotate=False`.
+be turned off with `annotate=False`. Every trace is bounded (`curves.downsample`): the
+smoothing runs over all logged points, then at most MAX_POINTS real points are drawn.
 """
 
 from __future__ import annotations
@@ -13,13 +14,15 @@ from dataclasses import dataclass
 import pandas as pd
 import plotly.graph_objects as go
 
-from curves.analysis import RunAnalysis
+from curves.analysis import FALLBACK_SERIES, RunAnalysis
+from curves.downsample import MAX_POINTS, extreme_indices
 from curves.runs import CANONICAL_BY_ID, TrainingRun, resolve_metrics
 
 # Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
 _GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
 _LLDS_COLOURS = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#1b9e77", "#386cb0")
 
+MAX_SPIKE_MARKS = 200  # gradient-norm spikes marked per run: the largest ones
 ROUNDING_NOTE = ("Values from verl console logs are rounded to 3 decimals, which flattens "
                  "small log-likelihood changes; prefer a W&B export when you have one.")
 LIKELIHOOD_NOTE = (
@@ -75,15 +78,19 @@ def _series_traces(run: TrainingRun, key: str, label: str, colour: str, smoothin
     name = f"{run.name} [{run.method}] {label}".strip()
     hover = (f"<b>{name}</b><br>key {key}<br>step %{{x}}<br>smoothed %{{y:.5g}}"
              "<br>raw %{customdata:.5g}<extra></extra>")
+    values = raw.to_numpy()
     traces = []
     if smoothing > 0:
         # The raw curve stays visible but faint, so smoothing never hides a spike.
-        traces.append(go.Scatter(x=steps, y=raw.to_numpy(), mode="lines", name=name + " (raw)",
+        kept = extreme_indices(values, MAX_POINTS)
+        traces.append(go.Scatter(x=steps[kept], y=values[kept], mode="lines",
+                                 name=name + " (raw)",
                                  line=dict(color=colour, width=1, dash=dash), opacity=0.25,
                                  hoverinfo="skip", showlegend=False, legendgroup=run.name))
     smooth = ema(raw, smoothing).to_numpy()
-    traces.append(go.Scatter(x=steps, y=smooth, customdata=raw.to_numpy(), mode="lines",
-                             name=name, line=dict(color=colour, width=2, dash=dash),
+    kept = extreme_indices(smooth, MAX_POINTS)
+    traces.append(go.Scatter(x=steps[kept], y=smooth[kept], customdata=values[kept],
+                             mode="lines", name=name, line=dict(color=colour, width=2, dash=dash),
                              hovertemplate=hover, legendgroup=run.name))
     return traces
 
@@ -126,7 +133,10 @@ def _phase_marks(analyses: Sequence[RunAnalysis],
                                line=dict(width=0), layer="below"))
             shapes.append(_vline(start, colour))
             name = "steady decay" if label == "II" else "accelerated collapse"
-            labels.append(_label(start, 1.0, f"{analysis.run}: {label} {name} @ {start}",
+            series = analysis.phase_series.get(label, "")
+            source = f" (from {series.split(' ', 1)[0]})" if series and (
+                label == "III" or analysis.likelihood_key is None) else ""
+            labels.append(_label(start, 1.0, f"{analysis.run}: {label} {name} @ {start}{source}",
                                  colour))
     return shapes, labels
 
@@ -209,6 +219,8 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
             key = resolved[run.name].get("grad_norm")
             if a and a.grad_spikes and key:
                 values = run.table.loc[a.grad_spikes, key]
+                if len(values) > MAX_SPIKE_MARKS:  # the largest ones, in step order
+                    values = values.nlargest(MAX_SPIKE_MARKS).sort_index()
                 traces.append(go.Scatter(
                     x=values.index.to_numpy(), y=values.to_numpy(), mode="markers",
                     marker=dict(symbol="x", size=9, color=colours[run.name]),
@@ -229,7 +241,8 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                       "response_length"):
         metric = CANONICAL_BY_ID[metric_id]
         add_panel(metric_id, metric.label[:1].upper() + metric.label[1:],
-                  [(metric_id, "", "solid")], log_y=metric.log_y)
+                  [(metric_id, "", "solid")], log_y=metric.log_y,
+                  shade=metric_id in FALLBACK_SERIES)
     val_ids = sorted({m for keys in resolved.values() for m in keys if m.startswith("val:")})
     if val_ids:
         dashes = ("solid", "dot", "dash", "dashdot", "longdash", "longdashdot")

@@ -31,8 +31,15 @@ def synthetic_run(kind: str = "grpo", steps: int = 200, seed: int = 0,
     """A step x metric table using verl / LLDS-fork key names.
 
     kind: "grpo" (flat, steady decay, accelerated collapse, reward collapse),
-    "llds" (stable likelihood, no collapse) or "flat" (everything flat + noise).
+    "llds" (stable likelihood, no collapse), "flat" (everything flat + noise), or
+    "plain-grpo": the "grpo" run as a log without the LLDS fork's likelihood keys (as
+    Search-R1's own logs are), its entropy rising as the hidden likelihood falls.
     """
+    if kind == "plain-grpo":
+        table = synthetic_run("grpo", steps, seed, phases, noise)
+        hidden = table["actor/pos_avg_old_log_prob"]
+        table["actor/entropy_loss"] = 0.8 + 2.0 * (-0.30 - hidden)
+        return table.drop(columns=[k for k in table.columns if "avg_" in k])
     rng = np.random.default_rng(seed)
     ph = phases or SyntheticPhases(steps=steps)
     t = np.arange(1, steps + 1, dtype=float)
@@ -167,3 +174,56 @@ def write_tensorboard(folder: Path, table: pd.DataFrame) -> Path:
                 writer.add_scalar(key, float(value), int(step))
     writer.close()
     return next(folder.glob("events.out.tfevents.*"))
+
+
+def stretched_run(steps: int, seed: int = 0) -> pd.DataFrame:
+    """The 200-step "grpo" run stretched to `steps`: the same curves, the phases at the
+    same fractions of the run (decay at 30%, acceleration at 60%, collapse at 82.5%), with
+    a little fresh noise per step."""
+    base = synthetic_run("grpo", steps=200, seed=seed)
+    rng = np.random.default_rng(seed)
+    where = np.linspace(1, 200, steps)
+    table = pd.DataFrame(index=pd.Index(np.arange(1, steps + 1), name="step"))
+    for key in base.columns:
+        column = base[key].dropna()
+        table[key] = np.interp(where, column.index.to_numpy(), column.to_numpy())
+        if not key.startswith("val/"):
+            table[key] += rng.normal(0, 0.2 * float(base[key].diff().std() or 0), steps)
+    table.loc[table.index % 10 != 0, [k for k in table.columns if k.startswith("val/")]] = np.nan
+    return table
+
+
+def write_large_console(path: Path, target_bytes: int, n_metrics: int = 60,
+                        noise_every: int = 10, seed: int = 0) -> tuple[int, int]:
+    """A SYNTHETIC verl console log of about `target_bytes`: a "grpo" run (phases at the
+    same fractions of the run as the 200-step default) stretched to as many steps as fit,
+    `n_metrics` keys per step line (filler keys beyond the verl ones), and `noise_every`-1
+    start-up/tqdm/traceback lines after each step line. Returns (steps, bytes written)."""
+    noise = [
+        "\x1b[36m(WorkerDict pid=12345)\x1b[0m INFO: synthetic start-up output, shard 3 of 8",
+        "Training Progress:  12%|#2        | 120/1000 [10:00<1:13:20,  5.00s/it]",
+        "(TaskRunner pid=777) WARNING: synthetic warning about something unrelated",
+        '  File "/synthetic/verl/trainer/ppo/ray_trainer.py", line 1, in fit',
+    ]
+    filler = "\n".join(noise[i % len(noise)] for i in range(noise_every - 1)) + "\n"
+    base = synthetic_run("grpo", steps=200, seed=seed)
+    width = len(console_line(1, base.iloc[0])) + 30 * (n_metrics - base.shape[1])
+    steps = max(200, target_bytes // (width + 40 + len(filler)))
+    table = stretched_run(steps, seed)
+    rng = np.random.default_rng(seed)
+    filler_keys = {f"timing_s/synthetic_{i:02d}": rng.random(steps)
+                   for i in range(n_metrics - table.shape[1])}
+    table = pd.concat([table, pd.DataFrame(filler_keys, index=table.index)], axis=1)
+    keys = [f"{key}:" for key in table.columns]
+    values = np.round(table.to_numpy(), 3)
+    written = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        head = "(TaskRunner pid=777) {'trainer': {'experiment_name': 'synthetic-large'}}\n"
+        written += handle.write(head)
+        for step, row in zip(table.index, values, strict=True):
+            pairs = " - ".join(k + f"{v:.3f}" for k, v in zip(keys, row, strict=True)
+                               if v == v)  # NaN: validation keys on other steps
+            written += handle.write(f"\x1b[36m(TaskRunner pid=777)\x1b[0m step:{step} - "
+                                    f"{pairs}\n")
+            written += handle.write(filler)
+    return steps, written

@@ -12,11 +12,27 @@ from agent.config import (
     add_model_flags,
     add_retriever_flags,
     agent_settings,
+    env,
     make_backend,
     make_retriever,
     retriever_label,
 )
 from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings, resolve_names
+from evaluator.runner import DEFAULT_MAX_CONSECUTIVE_ERRORS
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= low, else a usage error (exit 2) naming the value."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below the smallest allowed, {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -28,21 +44,45 @@ def _run_parser() -> argparse.ArgumentParser:
     which.add_argument("--all", action="store_true", help="all seven benchmarks")
     which.add_argument("--datasets", help=f"comma-separated, from {','.join(BENCHMARK_NAMES)}")
     pick = parser.add_mutually_exclusive_group()
-    pick.add_argument("--limit", type=int, help="first N questions (FlashRAG uses 1000)")
-    pick.add_argument("--sample", type=int, help="a random sample of N questions (--seed)")
+    pick.add_argument("--limit", type=_at_least(1),
+                      help="first N questions (FlashRAG uses 1000)")
+    pick.add_argument("--sample", type=_at_least(1),
+                      help="a random sample of N questions (--seed)")
     parser.add_argument("--data-dir", help="local benchmarks: DIR/nq/test.jsonl and so on")
     parser.add_argument("--merged-parquet", help="Search-R1's merged test.parquet")
-    parser.add_argument("--batch-size", type=int, default=8,
+    parser.add_argument("--batch-size", type=_at_least(1), default=8,
                         help="questions advanced together (transformers backend)")
-    parser.add_argument("--concurrency", type=int, default=32,
+    parser.add_argument("--concurrency", type=_at_least(1), default=32,
                         help="requests in flight (openai backend)")
     parser.add_argument("--output", help="run directory (default runs/<model name>)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="discard stored results made with other settings")
+                        help="discard the run stored in --output (its settings.json, "
+                             "<dataset>.jsonl files and summaries; nothing else) when it was "
+                             "made with other settings")
+    parser.add_argument("--max-consecutive-errors", type=_at_least(0),
+                        default=env("LLDS_MAX_CONSECUTIVE_ERRORS",
+                                    str(DEFAULT_MAX_CONSECUTIVE_ERRORS)),
+                        help="stop after this many questions in a row end in an error, e.g. "
+                             "the retriever is down (0: never stop; env "
+                             "LLDS_MAX_CONSECUTIVE_ERRORS)")
     add_model_flags(parser)
     add_retriever_flags(parser)
     add_agent_flags(parser)
     return parser
+
+
+def _check_agent_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Nonsense agent settings end at parsing (exit 2), not mid-run or as odd numbers."""
+    low = {"--topk": (args.topk, 1), "--max-turns": (args.max_turns, 0),
+           "--max-new-tokens": (args.max_new_tokens, 1),
+           "--max-obs-tokens": (args.max_obs_tokens, 1)}
+    for flag, (value, least) in low.items():
+        if value < least:
+            parser.error(f"argument {flag}: {value} is below the smallest allowed, {least}")
+    if args.temperature is not None and not args.temperature >= 0:
+        parser.error(f"argument --temperature: {args.temperature} is not >= 0")
+    if not 0 < args.top_p <= 1:
+        parser.error(f"argument --top-p: {args.top_p} is not in (0, 1]")
 
 
 def default_output(model: str) -> Path:
@@ -54,10 +94,18 @@ def cmd_run(argv: list[str]) -> int:
     from tqdm import tqdm
 
     from evaluator.report import render_markdown, write_summary
-    from evaluator.rundir import RunMismatch, finished_ids, prepare_run_dir, run_settings
-    from evaluator.runner import evaluate
+    from evaluator.rundir import (
+        RunDirError,
+        apply_run_dir,
+        check_run_dir,
+        finished_ids,
+        run_settings,
+    )
+    from evaluator.runner import RunStopped, evaluate
 
-    args = _run_parser().parse_args(argv)
+    parser = _run_parser()
+    args = parser.parse_args(argv)
+    _check_agent_flags(parser, args)
     if not args.all and not args.datasets:
         print("error: say which benchmarks: --all or --datasets nq,hotpotqa", file=sys.stderr)
         return 2
@@ -75,10 +123,10 @@ def cmd_run(argv: list[str]) -> int:
     run_dir = Path(args.output) if args.output else default_output(args.model)
     stored = run_settings(args.model, args.backend, retriever_label(args), settings,
                           seed=args.seed or 0, limit=args.limit, sample=args.sample,
-                          datasets=names)
-    try:
-        prepare_run_dir(run_dir, stored, overwrite=args.overwrite)
-    except RunMismatch as err:
+                          datasets=names, expected={n: len(q) for n, (q, _) in data.items()})
+    try:  # checked now, changed only once the model has loaded too
+        plan = check_run_dir(run_dir, stored, overwrite=args.overwrite)
+    except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     from agent.backends.base import ModelLoadError
@@ -89,19 +137,36 @@ def cmd_run(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     retriever = make_retriever(args)
+    apply_run_dir(plan)
     batch = args.concurrency if args.backend == "openai" else args.batch_size
+    stopped: RunStopped | None = None
     for name, (questions, _) in data.items():
         path = run_dir / f"{name}.jsonl"
         scores: list[float] = []
         bar = tqdm(total=len(questions), desc=name, unit="q", dynamic_ncols=True)
         bar.update(len(finished_ids(path) & {q.id for q in questions}))
-        for record in evaluate(questions, backend, retriever, settings, path, batch):
-            scores.append(record.metrics["em"])
-            bar.update(1)
-            bar.set_postfix(em=f"{sum(scores) / len(scores):.3f}")
-        bar.close()
-    print(render_markdown(write_summary(run_dir)), end="")
+        try:
+            for record in evaluate(questions, backend, retriever, settings, path, batch,
+                                   max_consecutive_errors=args.max_consecutive_errors):
+                if record.stop_reason != "error":
+                    scores.append(record.metrics["em"])
+                bar.update(1)
+                if scores:
+                    bar.set_postfix(em=f"{sum(scores) / len(scores):.3f}")
+        except RunStopped as err:
+            stopped = err
+            break
+        finally:
+            bar.close()
+    summary = write_summary(run_dir)
+    print(render_markdown(summary), end="")
     print(f"\nresults: {run_dir}/ (summary.md, summary.csv, summary.json, <dataset>.jsonl)")
+    if stopped is not None:
+        print(f"error: {stopped}", file=sys.stderr)
+        return 1
+    if not summary["complete"]:
+        print(f"error: {summary['note']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -117,10 +182,14 @@ def cmd_report(argv: list[str]) -> int:
         print(f"error: not a run directory (no settings.json): {', '.join(missing)}",
               file=sys.stderr)
         return 2
-    if len(args.runs) == 1:
-        print(render_markdown(write_summary(args.runs[0])), end="")
-    else:
-        print(compare_runs(args.runs), end="")
+    try:
+        if len(args.runs) == 1:
+            print(render_markdown(write_summary(args.runs[0])), end="")
+        else:
+            print(compare_runs(args.runs), end="")
+    except ValueError as err:  # a settings.json or a results line that is not ours
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

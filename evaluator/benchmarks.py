@@ -6,8 +6,8 @@ Three sources, in the order a user is likely to have them:
   3. Search-R1's merged `test.parquet` (the file its own evaluation script reads).
 Heavy libraries (datasets, pandas) are imported only by the loader that needs them.
 
-Why ~340 lines: the three loaders share the record normalisation, the split preference
-and the size checks; one module keeps the data rules in one place.
+Why ~430 lines: the three loaders share the record normalisation, the split preference,
+the size checks and the parquet memory guard; one module keeps the data rules in one place.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ BENCHMARKS: dict[str, Benchmark] = {
     )
 }
 BENCHMARK_NAMES = tuple(BENCHMARKS)
+# Sets shipped in the repository (offline, no --data-dir): the nano agent's held-out
+# questions on the embedded corpus. Not part of --all, which means the paper's seven.
+LOCAL_BENCHMARKS: dict[str, Path] = {
+    "vitalqa": Path(__file__).resolve().parent.parent / "assets",
+}
 IN_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if b.in_domain)
 OUT_OF_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if not b.in_domain)
 
@@ -93,59 +98,143 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _answers(value: Any) -> list[str]:
+def _preview(value: Any, width: int = 60) -> str:
+    """A short repr for an error message: enough to find the record, never the whole of it."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _answers(value: Any, where: str = "a record") -> list[str]:
     value = _plain(value)
     if value is None:
         return []
     if isinstance(value, str):
         return [value]
-    return [str(v) for v in value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    raise DataError(
+        f"{where}: golden_answers is a {type(value).__name__} ({_preview(value)}), not a list "
+        f"of strings; write it as a list, e.g. \"golden_answers\": [\"{value}\"].")
 
 
-def question_from_record(record: Mapping[str, Any], dataset: str, index: int) -> Question:
-    """A FlashRAG record (`id`, `question`, `golden_answers`, `metadata`) as a Question."""
+def question_from_record(record: Any, dataset: str, index: int,
+                         where: str | None = None) -> Question:
+    """A FlashRAG record (`id`, `question`, `golden_answers`, `metadata`) as a Question.
+
+    `where` names the record in errors (`path:line`, or `path record N`)."""
+    where = where or f"{dataset} record {index}"
+    if not isinstance(record, Mapping):
+        raise DataError(
+            f"{where}: a record must be a JSON object with id, question and golden_answers; "
+            f"this one is a {type(record).__name__} ({_preview(record)}). Fix or remove it.")
     golden = record.get("golden_answers")
     if golden is None:  # some hand-made files say answers/answer
         golden = record.get("answers", record.get("answer"))
     if record.get("question") is None:
-        raise DataError(f"{dataset} record {index} has no 'question' field: {dict(record)!r}")
+        raise DataError(f"{where}: no 'question' field (fields: {', '.join(map(str, record))}); "
+                        "every record needs one.")
     metadata = _plain(record.get("metadata")) or {}
     return Question(
         id=str(record.get("id") if record.get("id") is not None else f"{dataset}_{index}"),
         dataset=dataset,
         question=str(record["question"]),
-        golden_answers=_answers(golden),
+        golden_answers=_answers(golden, where),
         metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
     )
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or .parquet file."""
+def read_records(path: Path) -> list[tuple[str, Any]]:
+    """(where, record) pairs of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or
+    .parquet file; `where` names the record in messages (`path:line` or `path record N`)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        import pandas as pd
-
-        return [_plain(r) for r in pd.read_parquet(path).to_dict("records")]
-    text = path.read_text(encoding="utf-8")
+        frame = read_parquet_guarded(path, DATA_COLUMNS)
+        return [(f"{path} record {i}", _plain(r))
+                for i, r in enumerate(frame.to_dict("records"))]
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte {data[error.start]:#04x} at offset "
+                        f"{error.start}); save the file as UTF-8 and try again.") from None
     if path.suffix == ".json":
         try:
-            data = json.loads(text)
+            parsed = json.loads(text)
         except json.JSONDecodeError:
-            data = None  # FlashRAG ships JSON lines under .json names too
-        if isinstance(data, list):
-            return data
-        if isinstance(data, dict) and isinstance(data.get("data"), list):
-            return data["data"]
-        if isinstance(data, dict):
-            return [data]
+            parsed = None  # FlashRAG ships JSON lines under .json names too
+        if isinstance(parsed, dict) and isinstance(parsed.get("data"), list):
+            parsed = parsed["data"]
+        if isinstance(parsed, list):
+            return [(f"{path} record {i}", r) for i, r in enumerate(parsed)]
+        if isinstance(parsed, dict):
+            return [(f"{path} record 0", parsed)]
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                records.append((f"{path}:{number}", json.loads(line)))
             except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: not valid JSON ({error})") from error
+                raise DataError(f"{path}:{number}: not valid JSON ({error}); fix or remove "
+                                "that line.") from error
     return records
+
+
+# ---------------------------------------------------------------------------- parquet guard
+
+# Columns a question can come from (a FlashRAG file or Search-R1's merged parquet); nothing
+# else in a parquet file is read, so a wide file does not cost memory for columns unused.
+DATA_COLUMNS = ("id", "question", "golden_answers", "answers", "answer", "metadata")
+MERGED_COLUMNS = ("id", "data_source", "question", "prompt", "reward_model", "golden_answers",
+                  "extra_info", "metadata")
+
+
+@dataclass(frozen=True)
+class ParquetLimits:
+    """What a parquet file may expand to in memory. Parquet compresses repeated values
+    very well (a 0.24 MB file can hold 450 MB), so the file size says nothing: these are
+    checked on its metadata, then on the decoded batches, before anything is materialised."""
+
+    rows: int = 1_000_000  # the largest Search-R1 file (the merged test set) has ~51k
+    columns: int = 1_000
+    decoded_bytes: int = 512 * 2**20
+
+
+def read_parquet_guarded(path: Path, wanted: Iterable[str],
+                         limits: ParquetLimits = ParquetLimits()) -> Any:
+    """The `wanted` columns of a parquet file as a pandas DataFrame, or a DataError that
+    names the file and the limit it breaks (nothing big is read before that is known)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise DataError(f"{path}: not a parquet file ({error}); pass a .parquet written by "
+                        "pandas or pyarrow, or a .jsonl file.") from None
+    meta = handle.metadata
+    names = handle.schema_arrow.names
+    if meta.num_rows > limits.rows or len(names) > limits.columns:
+        raise DataError(
+            f"{path}: {meta.num_rows:,} rows x {len(names):,} columns, over the limit of "
+            f"{limits.rows:,} rows and {limits.columns:,} columns for a benchmark file; split "
+            "the file or keep only the questions you want to score.")
+    columns = [name for name in names if name in set(wanted)]
+    batches, decoded = [], 0
+    try:
+        for batch in handle.iter_batches(batch_size=8192, columns=columns):
+            decoded += batch.nbytes
+            if decoded > limits.decoded_bytes:
+                raise DataError(
+                    f"{path}: the columns {', '.join(columns)} expand to over "
+                    f"{limits.decoded_bytes / 2**20:.0f} MB in memory (the file is "
+                    f"{path.stat().st_size / 2**20:.2f} MB compressed); split the file or "
+                    "shorten its records.")
+            batches.append(batch)
+    except (pa.ArrowException, OSError) as error:
+        raise DataError(f"{path}: the parquet file is damaged ({error}); write it again.") from None
+    schema = pa.schema([handle.schema_arrow.field(name) for name in columns])
+    return pa.Table.from_batches(batches, schema=schema).to_pandas()
 
 
 # ---------------------------------------------------------------------------- sources
@@ -166,7 +255,9 @@ def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, P
         if path.is_file():
             split = path.stem if path.parent.name == name else None
             records = read_records(path)
-            return [question_from_record(r, name, i) for i, r in enumerate(records)], split, path
+            questions = [question_from_record(r, name, i, where)
+                         for i, (where, r) in enumerate(records)]
+            return questions, split, path
     raise DataError(f"No file for {name!r} in {data_dir}. {where_to_put_files(name)}")
 
 
@@ -227,19 +318,17 @@ def merged_question(record: Mapping[str, Any], index: int) -> Question:
         id=str(qid if qid is not None else f"{dataset}_{local_index}"),
         dataset=dataset,
         question=str(question).strip(),
-        golden_answers=_answers(golden),
+        golden_answers=_answers(golden, f"merged record {index} ({dataset})"),
         metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else {},
     )
 
 
 def load_merged(path: Path, name: str) -> list[Question]:
     """One benchmark's questions out of Search-R1's merged test.parquet (by data_source)."""
-    import pandas as pd
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"Merged parquet {path} does not exist.")
-    frame = pd.read_parquet(path)
+    frame = read_parquet_guarded(path, MERGED_COLUMNS)
     if "data_source" not in frame.columns:
         raise DataError(f"{path} has no data_source column; is it Search-R1's test.parquet?")
     rows = frame[frame["data_source"] == name].to_dict("records")
@@ -271,6 +360,32 @@ def select(
     return list(questions)
 
 
+def scorable(name: str, questions: list[Question]) -> tuple[list[Question], list[str]]:
+    """The questions that can be scored once each, and a note for each kind left out: a
+    record without golden answers would score 0 whatever the model says, and a repeated id
+    would be taken for a finished question on resume."""
+    seen: set[str] = set()
+    kept, unanswerable, repeated = [], [], []
+    for question in questions:
+        if not question.golden_answers:
+            unanswerable.append(question.id)
+        elif question.id in seen:
+            repeated.append(question.id)
+        else:
+            seen.add(question.id)
+            kept.append(question)
+    notes = []
+    if unanswerable:
+        notes.append(f"{name}: {len(unanswerable)} record(s) have no golden answers (e.g. id "
+                     f"{unanswerable[0]!r}) and are not scored; add golden_answers to score "
+                     "them.")
+    if repeated:
+        notes.append(f"{name}: {len(repeated)} record(s) repeat an id already seen (e.g. "
+                     f"{repeated[0]!r}); only the first record of each id is scored. Give "
+                     "each record an id of its own.")
+    return kept, notes
+
+
 def check_size(name: str, count: int, split: str | None) -> list[str]:
     """Warnings when the full set is not the split and size the published numbers used."""
     bench = BENCHMARKS.get(name)
@@ -296,9 +411,14 @@ def load_with_warnings(
     seed: int = 0,
 ) -> tuple[list[Question], list[str]]:
     """Load and select one benchmark; returns the questions and the warnings as text."""
+    if data_dir is None and merged_parquet is None and name in LOCAL_BENCHMARKS:
+        questions, _, _ = load_local(LOCAL_BENCHMARKS[name], name)
+        questions, dropped = scorable(name, questions)
+        return select(questions, limit=limit, sample=sample, seed=seed), dropped
     if name not in BENCHMARKS and data_dir is None and merged_parquet is None:
         raise DataError(
-            f"Unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)} "
+            f"Unknown benchmark {name!r}; known: {', '.join(BENCHMARK_NAMES)}, "
+            f"{', '.join(LOCAL_BENCHMARKS)} "
             f"(other sets load from --data-dir or --merged-parquet)."
         )
     split: str | None
@@ -311,7 +431,8 @@ def load_with_warnings(
         split = BENCHMARKS[name].split
         questions = load_hub(name, split)
     notes = check_size(name, len(questions), split)
-    return select(questions, limit=limit, sample=sample, seed=seed), notes
+    questions, dropped = scorable(name, questions)
+    return select(questions, limit=limit, sample=sample, seed=seed), notes + dropped
 
 
 def load_benchmark(name: str, *args: Any, **kwargs: Any) -> list[Question]:

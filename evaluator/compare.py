@@ -20,7 +20,9 @@ def compare_runs(dirs: Sequence[str | Path]) -> str:
     summaries = [summarize_run(d) for d in dirs]
     labels = _labels([Path(d) for d in dirs])
     names = sorted({n for s in summaries for n in s["datasets"]}, key=dataset_order)
-    shared = [n for n in names if all(n in s["datasets"] for s in summaries)]
+    # a dataset whose every question errored has no EM yet: it is shared by none
+    shared = [n for n in names if all(s["datasets"].get(n, {}).get("em") is not None
+                                      for s in summaries)]
     two = len(summaries) == 2
     header = ["dataset", *labels] + ([f"Δ ({labels[1]} − {labels[0]})"] if two else [])
 
@@ -44,5 +46,6 @@ def compare_runs(dirs: Sequence[str | Path]) -> str:
     out = ["EM by dataset", "", markdown_table(header, rows), ""]
     out += [f"{label}: {s['protocol']}" for label, s in zip(labels, summaries, strict=True)]
     if any("*" in cell for r in rows for cell in r):
-        out.append("* partial: the run has not finished that dataset.")
+        out.append("* partial: the run has not finished that dataset, or some of its "
+                   "questions ended in an error (not scored; re-running resumes them).")
     return "\n".join(out) + "\n"

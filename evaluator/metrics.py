@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 METRIC_KEYS = ("em", "sub_em", "f1", "retrieval_recall")
 # Per-question counters averaged per dataset, keyed by their record field.
 COST_KEYS = ("searches", "turns", "invalid_actions", "new_tokens", "seconds")
-FAILURE_REASONS = ("no_answer", "max_turns", "invalid_action", "context_full", "error")
+# Why a scored question has no right answer; an errored question is counted apart (`errored`).
+FAILURE_REASONS = ("no_answer", "max_turns", "invalid_action", "context_full")
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")
@@ -110,15 +111,28 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def errored(record: Record) -> bool:
+    """The question ended in an error (retriever or model server down): not an answer to
+    score, but a question still to run (resuming retries it)."""
+    return record.stop_reason == "error"
+
+
 def aggregate(records: Sequence[Record]) -> dict[str, Any]:
-    """Per-dataset means of the metrics and costs, the answered rate and failure counts."""
-    out: dict[str, Any] = {"n": len(records)}
+    """Per-dataset means of the metrics and costs, the answered rate and failure counts.
+
+    Errored questions are not scored: `n` counts the scored ones, `errored` the others, and
+    `first_error` is the first errored question's message (None when none errored).
+    """
+    scored = [r for r in records if not errored(r)]
+    failed = [r for r in records if errored(r)]
+    out: dict[str, Any] = {"n": len(scored), "errored": len(failed),
+                           "first_error": next((r.error or "no message" for r in failed), None)}
     for key in METRIC_KEYS:
-        out[key] = _mean([float(r.metrics[key]) for r in records])
-    out["answered"] = _mean([float(r.answered) for r in records])
+        out[key] = _mean([float(r.metrics[key]) for r in scored])
+    out["answered"] = _mean([float(r.answered) for r in scored])
     for key in COST_KEYS:
-        out[key] = _mean([float(getattr(r, key) or 0) for r in records])
-    failures = Counter(r.failure for r in records if r.failure)
+        out[key] = _mean([float(getattr(r, key) or 0) for r in scored])
+    failures = Counter(r.failure for r in scored if r.failure)
     out["failures"] = dict(sorted(failures.items()))
     return out
 
@@ -129,7 +143,9 @@ AVERAGE_KEYS = (*METRIC_KEYS, "answered", *COST_KEYS)
 def average(per_dataset: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> dict[str, Any]:
     """Unweighted mean over the named datasets that are present (each set counts once)."""
     present = [name for name in names if name in per_dataset and per_dataset[name]["n"]]
-    out: dict[str, Any] = {"datasets": present, "n": sum(per_dataset[d]["n"] for d in present)}
+    out: dict[str, Any] = {"datasets": present, "n": sum(per_dataset[d]["n"] for d in present),
+                           "errored": sum(per_dataset[d].get("errored", 0) for d in names
+                                          if d in per_dataset)}
     for key in AVERAGE_KEYS:
         values = [per_dataset[d][key] for d in present if per_dataset[d][key] is not None]
         out[key] = _mean(values)

@@ -21,8 +21,8 @@ from evaluator.rundir import load_run, save_summary
 
 AVERAGE_ROWS = (("macro", "macro avg"), ("in_domain", "in-domain"),
                 ("out_of_domain", "out-of-domain"))
-CSV_COLUMNS = ("row", "n", "expected", "em", "sub_em", "f1", "retrieval_recall", "answered",
-               "searches", "turns", "invalid_actions", "new_tokens", "seconds",
+CSV_COLUMNS = ("row", "n", "expected", "errored", "em", "sub_em", "f1", "retrieval_recall",
+               "answered", "searches", "turns", "invalid_actions", "new_tokens", "seconds",
                "paper_em", "em_diff")
 
 
@@ -53,7 +53,12 @@ def protocol_line(settings: Mapping[str, Any]) -> str:
 
 
 def expected_count(name: str, settings: Mapping[str, Any]) -> int | None:
-    """How many questions a finished run of this dataset has under the run's selection."""
+    """How many questions a finished run of this dataset has under the run's selection:
+    what the run counted when it loaded the data, else (an older run) the published size
+    capped by the limit or sample; None for an unknown set."""
+    stored = settings.get("expected")
+    if isinstance(stored, Mapping) and isinstance(stored.get(name), int):
+        return stored[name]
     bench = BENCHMARKS.get(name)
     if bench is None:
         return None
@@ -63,14 +68,54 @@ def expected_count(name: str, settings: Mapping[str, Any]) -> int | None:
     return bench.size
 
 
+RESUME_HINT = ("Run the same command again to resume: finished questions are kept; errored "
+               "and unfinished ones run.")
+
+
+def mark_completion(stats: dict[str, Any], expected: int | None) -> None:
+    """Set `expected` and `complete` on one dataset's stats (from `aggregate`): complete when
+    no question errored and every expected question was scored."""
+    stats["expected"] = expected
+    stats["complete"] = not stats.get("errored") and (expected is None
+                                                      or stats["n"] >= expected)
+
+
+def completion_note(datasets: Mapping[str, Mapping[str, Any]],
+                    missing: Sequence[str] = ()) -> str | None:
+    """Why a run is incomplete, in words, with how to resume; None when it is complete.
+
+    `datasets`: stats marked by `mark_completion`; `missing`: datasets not started. The
+    averages of an incomplete run cover the scored questions only, and the note says so.
+    """
+    errored = sum(s.get("errored", 0) for s in datasets.values())
+    first_error = next((s["first_error"] for s in datasets.values() if s.get("first_error")),
+                       None)
+    unfinished = [n for n, s in datasets.items()
+                  if s.get("expected") is not None and s["n"] + s.get("errored", 0)
+                  < s["expected"]]
+    if not errored and not unfinished and not missing:
+        return None
+    parts = ["Incomplete run."]
+    if errored:
+        cause = str(first_error).strip()
+        parts.append(f"{errored} question(s) ended in an error and are not scored. First "
+                     f"error: {cause}" + ("" if cause.endswith((".", "!", "?")) else "."))
+    if unfinished:
+        parts.append(f"Partial (run not finished): {', '.join(unfinished)}.")
+    if missing:
+        parts.append(f"Not started: {', '.join(missing)}.")
+    parts.append("The figures cover the scored questions only. " + RESUME_HINT)
+    return " ".join(parts)
+
+
 def summarize_run(run_dir: str | Path) -> dict[str, Any]:
-    """The run's summary as plain data: per-dataset rows, averages, paper comparison."""
+    """The run's summary as plain data: per-dataset rows, averages, paper comparison, and
+    whether the run is complete (`complete`, `errored`, `first_error`, `note`)."""
     run = load_run(run_dir)
     summary = summarize(run.records)
     row = paper_row(run.settings.get("model"))
     for name, stats in summary["datasets"].items():
-        stats["expected"] = expected_count(name, run.settings)
-        stats["complete"] = stats["expected"] is None or stats["n"] >= stats["expected"]
+        mark_completion(stats, expected_count(name, run.settings))
         paper_em = row["em"].get(name) if row else None
         stats["paper_em"] = paper_em
         stats["em_diff"] = difference(stats["em"], paper_em)
@@ -79,6 +124,7 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
         paper_em = paper_mean(row, stats["datasets"]) if row else None
         stats["paper_em"] = paper_em
         stats["em_diff"] = difference(stats["em"], paper_em)
+    missing = [str(n) for n in run.settings.get("datasets", []) if n not in summary["datasets"]]
     summary["run"] = run.name
     summary["settings"] = run.settings
     summary["protocol"] = protocol_line(run.settings)
@@ -87,6 +133,13 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
         "source": load_paper_results()["source"],
         "note": row.get("note"),
     }
+    summary["errored"] = sum(s["errored"] for s in summary["datasets"].values())
+    summary["first_error"] = next((s["first_error"] for s in summary["datasets"].values()
+                                   if s["first_error"]), None)
+    summary["missing"] = missing
+    summary["note"] = completion_note(summary["datasets"], missing)
+    summary["complete"] = summary["note"] is None
+    summary["resume_hint"] = None if summary["complete"] else RESUME_HINT
     return summary
 
 
@@ -103,9 +156,13 @@ def signed(value: float | None) -> str:
 
 
 def _count(stats: Mapping[str, Any]) -> str:
-    if stats.get("complete", True) or stats.get("expected") is None:
+    """Scored questions; out of how many when incomplete, and how many errored."""
+    if stats.get("complete", True):
         return str(stats["n"])
-    return f"{stats['n']}/{stats['expected']}"  # a partial dataset shows how far it got
+    count = str(stats["n"])
+    if stats.get("expected") is not None:
+        count += f"/{stats['expected']}"
+    return count + (f" ({stats['errored']} errored)" if stats.get("errored") else "")
 
 
 def sets(count: int) -> str:
@@ -133,6 +190,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         return row
 
     out = [f"# Run {summary.get('run', '')}".rstrip(), "", summary["protocol"], ""]
+    if summary.get("note"):
+        out += [f"**{summary['note']}**", ""]
     if not summary["datasets"]:
         return "\n".join([*out, "No results yet."]) + "\n"
     rows = [cells(name, stats, _count(stats)) for name, stats in summary["datasets"].items()]
@@ -142,9 +201,6 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             rows.append(cells(f"**{label}** ({sets(len(stats['datasets']))})", stats,
                               str(stats["n"])))
     out.append(markdown_table(header, rows))
-    partial = [n for n, s in summary["datasets"].items() if not s["complete"]]
-    if partial:
-        out += ["", f"Partial (run not finished): {', '.join(partial)}."]
     failed = [f"{name}: " + ", ".join(f"{why} {count}" for why, count in s["failures"].items())
               for name, s in summary["datasets"].items() if s["failures"]]
     if failed:

@@ -8,13 +8,20 @@
 - `summary.json`, `summary.csv`, `summary.md`: written whole by `save_summary` (each via a
   temporary file and a rename, so a reader never sees half a file); stale once more results
   come in, so `prepare_run_dir` removes them.
+
+Only these files are ever removed, and only from a run directory (one whose settings.json
+is a run's): `check_run_dir` validates without touching anything and says what a start
+would remove; `apply_run_dir` then does it. A directory that is not a run is refused.
+
+Why ~360 lines: the record, the files and the rules for reusing a directory are one
+contract (what a run directory holds and who may remove what); split, each half would
+have to restate the other's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
@@ -22,18 +29,21 @@ from typing import Any
 
 from agent.events import Finished
 from agent.loop import AgentSettings
-from agent.protocol import extract_answer
 from evaluator.benchmarks import BENCHMARK_NAMES, BENCHMARKS, Question
 from evaluator.metrics import score_prediction
 
 # Settings that change the numbers: a stored run with other values is not resumed.
 COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens",
             "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
-            "stop_on_eos")
+            "stop_on_eos", "on_context_full")
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
 
 
-class RunMismatch(ValueError):
+class RunDirError(ValueError):
+    """The output directory cannot take this run; the message says why and what to do."""
+
+
+class RunMismatch(RunDirError):
     """The output directory holds a run made with other settings."""
 
 
@@ -62,6 +72,7 @@ class Record:
     trajectory: str = ""
     retrieved: list[str] = field(default_factory=list)
     error: str | None = None
+    context_cuts: int = 0  # turns generated from a left-cut context (Finished.context_cuts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,8 +91,9 @@ class Record:
 
 
 def prediction_of(finished: Finished) -> str | None:
-    """The answer a run is scored on: the one place the prediction is chosen."""
-    return extract_answer(finished.response)
+    """The answer a run is scored on: the agent's own (`Finished.answer`, computed once from
+    the model's turns by `agent.protocol.answer_of`), never re-derived from the text."""
+    return finished.answer
 
 
 def failure_reason(finished: Finished) -> str | None:
@@ -108,7 +120,8 @@ def make_record(question: Question, finished: Finished) -> Record:
         invalid_actions=finished.invalid_actions, new_tokens=finished.new_tokens,
         seconds=round(finished.seconds, 3), stop_reason=finished.stop_reason,
         response=finished.response, trajectory=finished.trajectory,
-        retrieved=list(finished.retrieved), error=finished.error)
+        retrieved=list(finished.retrieved), error=finished.error,
+        context_cuts=finished.context_cuts)
 
 
 # ---------------------------------------------------------------------------- files
@@ -163,8 +176,13 @@ def append_record(out, record: Record) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
+    """Write a file whole: a temporary file, synced, renamed over the old one, so a kill
+    leaves either the old file or the new one, never half of either."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temporary.open("w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
     os.replace(temporary, path)
 
 
@@ -173,43 +191,124 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run_settings(model: str, backend: str, retriever: str, settings: AgentSettings, *,
                  seed: int, limit: int | None, sample: int | None,
-                 datasets: list[str]) -> dict[str, Any]:
-    """settings.json for a run: every setting in COMPARED, and the datasets."""
-    return {"model": model, "backend": backend, "retriever": retriever,
-            "max_turns": settings.max_turns, "topk": settings.topk,
-            "max_new_tokens": settings.max_new_tokens,
-            "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
-            "temperature": settings.temperature, "top_p": settings.top_p, "seed": seed,
-            "limit": limit, "sample": sample, "stop_on_eos": settings.stop_on_eos,
-            "datasets": list(datasets)}
+                 datasets: list[str],
+                 expected: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """settings.json for a run: every setting in COMPARED, the datasets and, when known, how
+    many questions each has under the selection (`expected`: a run is complete at that)."""
+    stored = {"model": model, "backend": backend, "retriever": retriever,
+              "max_turns": settings.max_turns, "topk": settings.topk,
+              "max_new_tokens": settings.max_new_tokens,
+              "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
+              "temperature": settings.temperature, "top_p": settings.top_p, "seed": seed,
+              "limit": limit, "sample": sample, "stop_on_eos": settings.stop_on_eos,
+              "on_context_full": settings.on_context_full, "datasets": list(datasets)}
+    if expected is not None:
+        stored["expected"] = dict(expected)
+    return stored
 
 
 def read_settings(run_dir: str | Path) -> dict[str, Any]:
-    """The run's settings.json, or {} when it is missing (an interrupted or hand-made run)."""
+    """The run's settings.json, or {} when it is missing (an interrupted or hand-made run);
+    RunDirError when it is there but not a JSON object."""
     path = Path(run_dir) / "settings.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RunDirError(
+            f"{path} is not a JSON settings file ({error}), so {path.parent} is not a run "
+            "directory of this evaluator. Nothing was changed: move that file away, or pass "
+            "another --output.") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path} holds a JSON {type(data).__name__}, not a run's settings; "
+                          f"{path.parent} is not a run directory of this evaluator. Nothing "
+                          "was changed: pass another --output.")
+    return data
+
+
+@dataclass(frozen=True)
+class RunDirPlan:
+    """What starting a run in `run_dir` will do: the settings.json to write and the files
+    of an earlier run to remove (only ever files this evaluator wrote)."""
+
+    run_dir: Path
+    settings: dict[str, Any]
+    remove: tuple[Path, ...] = ()
+
+
+def _listing(paths: list[Path], limit: int = 5) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in paths)
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more"
+                                       if len(names) > limit else "")
+
+
+def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
+                  overwrite: bool = False) -> RunDirPlan:
+    """Validate `run_dir` for a run with `settings` without touching it (RunDirError).
+
+    A missing or empty directory takes a new run; a run directory with the same settings is
+    resumed (its stale summaries go); with other settings it is refused unless `overwrite`,
+    which removes that run's settings, `<dataset>.jsonl` files and summaries, nothing else.
+    Anything else (a file, a directory of other things) is refused.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"--output {run_dir} is a file, not a directory; pass a directory "
+                          "(it is created when missing).")
+    stored_path = run_dir / "settings.json"
+    if not stored_path.exists():
+        present = list(run_dir.iterdir()) if run_dir.is_dir() else []
+        if present:
+            raise RunDirError(
+                f"{run_dir} is not a run directory of this evaluator (no settings.json) and "
+                f"is not empty ({_listing(present)}). Nothing was changed: pass a new or empty "
+                "directory as --output.")
+        return RunDirPlan(run_dir, settings)
+    stored = read_settings(run_dir)
+    if "model" not in stored or not isinstance(stored.get("datasets", []), list):
+        raise RunDirError(
+            f"{stored_path} is not a run's settings (no model), so {run_dir} is not a run "
+            "directory of this evaluator. Nothing was changed, and --overwrite does not "
+            "apply to it: pass a new or empty directory as --output.")
+    stored_names = [str(n) for n in stored.get("datasets", [])]
+    ours = [run_dir / f"{n}.jsonl" for n in stored_names]
+    ours += [run_dir / n for n in SUMMARY_FILES]
+    ours = [p for p in ours if p.is_file()]
+    if overwrite:
+        return RunDirPlan(run_dir, settings, tuple(ours))
+    diffs = [f"{k}: stored {stored.get(k)!r}, now {settings.get(k)!r}"
+             for k in COMPARED if stored.get(k) != settings.get(k)]
+    if diffs:
+        raise RunMismatch(
+            f"{run_dir} holds a run with other settings ({'; '.join(diffs)}). Use another "
+            "--output, or --overwrite to discard that run's results (its settings.json, "
+            "<dataset>.jsonl files and summaries; nothing else in the directory).")
+    foreign = [run_dir / f"{n}.jsonl" for n in settings.get("datasets", [])
+               if n not in stored_names and (run_dir / f"{n}.jsonl").exists()]
+    if foreign:
+        raise RunDirError(
+            f"{run_dir} holds {_listing(foreign)}, which this run did not write; results would "
+            "be appended to it. Nothing was changed: move it away or pass another --output.")
+    merged = {**settings,
+              "datasets": list(dict.fromkeys([*stored_names, *settings.get("datasets", [])]))}
+    if "expected" in stored or "expected" in settings:
+        merged["expected"] = {**stored.get("expected", {}), **settings.get("expected", {})}
+    stale = tuple(p for p in ours if p.name in SUMMARY_FILES)  # once more results come in
+    return RunDirPlan(run_dir, merged, stale)
+
+
+def apply_run_dir(plan: RunDirPlan) -> None:
+    """Carry out a checked plan: remove the earlier run's files, write settings.json whole."""
+    for path in plan.remove:
+        path.unlink(missing_ok=True)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(plan.run_dir / "settings.json", json.dumps(plan.settings, indent=2) + "\n")
 
 
 def prepare_run_dir(run_dir: Path, settings: dict[str, Any], overwrite: bool = False) -> None:
-    """Create, check or reset `run_dir`; refuse to mix results from different settings."""
-    stored_path = run_dir / "settings.json"
-    if stored_path.is_file() and overwrite:
-        shutil.rmtree(run_dir)
-    elif stored_path.is_file():
-        stored = read_settings(run_dir)
-        diffs = [f"{k}: stored {stored.get(k)!r}, now {settings.get(k)!r}"
-                 for k in COMPARED if stored.get(k) != settings.get(k)]
-        if diffs:
-            raise RunMismatch(
-                f"{run_dir} holds a run with other settings ({'; '.join(diffs)}). "
-                "Use another --output, or --overwrite to discard the stored results.")
-        settings = {**settings,
-                    "datasets": list(dict.fromkeys([*stored.get("datasets", []),
-                                                    *settings.get("datasets", [])]))}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(stored_path, json.dumps(settings, indent=2) + "\n")
-    for name in SUMMARY_FILES:  # stale once more results come in
-        (run_dir / name).unlink(missing_ok=True)
+    """Check, then create, resume or reset `run_dir` (`check_run_dir` says what is refused)."""
+    apply_run_dir(check_run_dir(run_dir, settings, overwrite))
 
 
 # ---------------------------------------------------------------------------- a stored run

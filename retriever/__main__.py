@@ -1,4 +1,4 @@
-"""`python -m retriever serve | search | index`."""
+"""`python -m retriever serve | search | index | compress | download`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 from retriever.corpus import CorpusError
 from retriever.engine import ENGINES, open_engine
+from retriever.faiss_index import KINDS
+from retriever.pyserini_compat import DEFAULT_JAVA_HEAP, set_java_heap
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -23,20 +25,59 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
                              "bm25s dir, or a FAISS file such as e5_Flat.index (dense)")
     parser.add_argument("--encoder", default=os.environ.get("RETRIEVER_ENCODER"),
                         help="dense encoder, hub id or path (default intfloat/e5-base-v2)")
+    parser.add_argument("--java-heap", default=os.environ.get("RETRIEVER_JAVA_HEAP",
+                                                              DEFAULT_JAVA_HEAP),
+                        help="the bm25 engine's JVM heap limit, as java -Xmx (default "
+                             f"{DEFAULT_JAVA_HEAP})")
+    dense = parser.add_argument_group("dense index options")
+    dense.add_argument("--mmap", action="store_true",
+                       default=os.environ.get("RETRIEVER_MMAP", "") not in ("", "0"),
+                       help="memory-map the FAISS index instead of reading it into RAM")
+    dense.add_argument("--nprobe", type=int, help="IVF lists searched per query")
+    dense.add_argument("--ef-search", type=int, help="HNSW candidate list size")
+    dense.add_argument("--rerank-flat", help="re-score a compressed index's candidates "
+                                             "exactly with this flat index (memory-mapped)")
+    dense.add_argument("--gpu", choices=("auto", "shard", "off"),
+                       default=os.environ.get("RETRIEVER_GPU", "auto"),
+                       help="auto: all GPUs if FAISS has GPU support; shard: split the index "
+                            "over them; off: CPU")
+    dense.add_argument("--check-recall", metavar="FLAT_INDEX",
+                       help="print recall@3 of --index against this flat index first")
 
 
 def _open(args: argparse.Namespace):
-    return open_engine(args.engine, corpus=args.corpus, index=args.index, encoder=args.encoder)
+    if args.engine == "bm25":
+        set_java_heap(args.java_heap)
+    dense = {"mmap": args.mmap, "nprobe": args.nprobe, "ef_search": args.ef_search,
+             "rerank_flat": args.rerank_flat, "gpu": args.gpu}
+    if args.engine != "dense":
+        asked = [f"--{k.replace('_', '-')}" for k, v in dense.items()
+                 if v not in (None, False, "auto")]
+        if asked or args.check_recall:
+            raise ValueError(f"{' '.join(asked) or '--check-recall'}: options of --engine dense.")
+        dense = None
+    engine = open_engine(args.engine, corpus=args.corpus, index=args.index,
+                         encoder=args.encoder, dense=dense)
+    if dense is not None:
+        print(f"dense index {engine.label} on {engine.device}", file=sys.stderr)
+        if args.check_recall:
+            from retriever.dense import check_recall
+
+            print(f"recall@3 of {engine.label} against {args.check_recall}: "
+                  f"{check_recall(engine, args.check_recall):.3f}", file=sys.stderr)
+    return engine
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
     from retriever.server import serve
 
+    if args.max_queries < 1 or args.max_body_mb <= 0:
+        raise ValueError("--max-queries and --max-body-mb must be positive.")
     engine = _open(args)
     print(f"{engine.name} over {engine.num_docs} documents; POST "
           f"http://{args.host}:{args.port}/retrieve", file=sys.stderr)
     serve(engine, host=args.host, port=args.port, default_topk=args.topk,
-          max_queries=args.max_queries)
+          max_queries=args.max_queries, max_body_mb=args.max_body_mb)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -58,7 +99,60 @@ def cmd_index(args: argparse.Namespace) -> None:
           + (f" index={where} size_mb={size / 2**20:.1f}" if where else ""))
 
 
+def cmd_compress(args: argparse.Namespace) -> None:
+    import faiss
+
+    from retriever import faiss_index
+
+    flat_path = Path(args.flat).expanduser()
+    out = Path(args.out or flat_path.with_name(f"{flat_path.stem}.{args.kind}.index"))
+    if out.exists():
+        raise ValueError(f"{out} exists; pass another --out (nothing is overwritten).")
+    flat = faiss_index.read_index(flat_path, mmap=True)
+    start = time.perf_counter()
+    index = faiss_index.build_from_flat(flat, args.kind, nlist=args.nlist, pq_m=args.pq_m,
+                                        hnsw_m=args.hnsw_m,
+                                        progress=lambda m: print(m, file=sys.stderr))
+    seconds = time.perf_counter() - start
+    faiss.write_index(index, str(out) + ".partial")
+    Path(str(out) + ".partial").replace(out)
+    print(f"built {out} ({args.kind}) in {seconds:.1f}s, {out.stat().st_size / 2**20:.1f} MB "
+          f"(flat: {flat_path.stat().st_size / 2**20:.1f} MB); FAISS on CPU")
+    if args.corpus:
+        from retriever.dense import DEFAULT_ENCODER, DenseRetriever, check_recall
+
+        engine = DenseRetriever(Path(args.corpus), index=out,
+                                encoder=args.encoder or DEFAULT_ENCODER, nprobe=args.nprobe,
+                                ef_search=args.ef_search, gpu="off")
+        recall = check_recall(engine, flat_path, sample=args.recall_sample)
+        what = f"{min(args.recall_sample, engine.num_docs)} title queries"
+    else:
+        faiss_index.set_search_params(index, nprobe=args.nprobe, ef_search=args.ef_search)
+        sample = faiss_index.sample_rows(flat, sorted_sample(flat.ntotal, args.recall_sample))
+        recall = faiss_index.check_recall(flat, index, sample)
+        what = f"{len(sample)} stored vectors as queries (pass --corpus for real queries)"
+    print(f"recall@3 against flat: {recall:.3f} on {what}; "
+          f"{faiss_index.describe(index, out)}")
+
+
+def sorted_sample(n: int, size: int):
+    import numpy as np
+
+    return np.sort(np.random.default_rng(0).choice(n, min(n, size), replace=False))
+
+
+def cmd_download(args: argparse.Namespace) -> None:
+    from retriever.download import default_dir, download, serve_command
+
+    steps = download(args.name, args.engine, Path(args.dir) if args.dir else default_dir(),
+                     dry_run=args.dry_run)
+    print(("next: " if all(s.done for s in steps) or not args.dry_run else "then: ")
+          + serve_command(steps, args.engine))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from retriever.server import MAX_BODY_MB, MAX_QUERIES
+
     parser = argparse.ArgumentParser(prog="python -m retriever",
                                      description="Search-R1 compatible retrieval.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -68,18 +162,42 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default=os.environ.get("RETRIEVER_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("RETRIEVER_PORT", 8000)))
     serve.add_argument("--max-queries", type=int,
-                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", 1000)),
-                       help="queries allowed in one request (Search-R1 training sends a "
-                            "whole batch at once: raise this for big batches)")
+                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", MAX_QUERIES)),
+                       help="queries allowed in one request (Search-R1 training sends a whole "
+                            f"rollout batch at once; default {MAX_QUERIES})")
+    serve.add_argument("--max-body-mb", type=float,
+                       default=float(os.environ.get("RETRIEVER_MAX_BODY_MB", MAX_BODY_MB)),
+                       help=f"largest request body in MiB (default {MAX_BODY_MB}); bigger "
+                            "ones get a 413")
     search = sub.add_parser("search", help="print the documents retrieved for one query")
     search.add_argument("query")
     search.add_argument("--topk", type=int, default=3)
     _engine_flags(search)
     index = sub.add_parser("index", help="build (or find cached) index and report on it")
     _engine_flags(index)
+    compress = sub.add_parser("compress", help="build a compressed FAISS index from a flat "
+                                               "one (no re-encoding) and report its recall")
+    compress.add_argument("--flat", required=True, help="the flat index, e.g. e5_Flat.index")
+    compress.add_argument("--kind", required=True, choices=KINDS[1:])
+    compress.add_argument("--out", help="where to write it (default beside the flat index)")
+    compress.add_argument("--nlist", type=int, help="IVF lists (default about 4·sqrt(n))")
+    compress.add_argument("--pq-m", type=int, default=96, help="PQ bytes per vector")
+    compress.add_argument("--hnsw-m", type=int, default=32, help="HNSW links per node")
+    compress.add_argument("--nprobe", type=int, help="IVF lists probed for the recall check")
+    compress.add_argument("--ef-search", type=int, help="HNSW efSearch for the recall check")
+    compress.add_argument("--corpus", help="the flat index's corpus: recall on real queries")
+    compress.add_argument("--encoder", help="query encoder (default intfloat/e5-base-v2)")
+    compress.add_argument("--recall-sample", type=int, default=1000)
+    fetch = sub.add_parser("download", help="fetch wiki-18 and its index (Search-R1's assets)")
+    fetch.add_argument("name", help="the data set: wiki-18")
+    fetch.add_argument("--engine", choices=("dense", "bm25"), default="dense")
+    fetch.add_argument("--dir", default=None, help="target directory (default "
+                                                   "$RETRIEVER_DATA_DIR, else the cache)")
+    fetch.add_argument("--dry-run", action="store_true", help="print the plan only")
     args = parser.parse_args(argv)
     try:
-        {"serve": cmd_serve, "search": cmd_search, "index": cmd_index}[args.command](args)
+        {"serve": cmd_serve, "search": cmd_search, "index": cmd_index,
+         "compress": cmd_compress, "download": cmd_download}[args.command](args)
     except (CorpusError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

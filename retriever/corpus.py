@@ -99,3 +99,72 @@ def load_records(path: Path) -> list[dict]:
     if not records:
         raise CorpusError(f"Corpus {path} holds no records.")
     return records
+
+
+# Corpora up to this size are loaded as a list of records; a bigger one (wiki-18 is 13 GB
+# of JSON lines, ~20 GB as Python objects) is read through a table of line offsets and a
+# memory map, so only the documents actually returned are ever decoded.
+IN_MEMORY_RECORDS_BYTES = 512 * 2**20
+
+
+class MappedRecords:
+    """Records of an uncompressed JSON-lines corpus, by position, read on demand."""
+
+    def __init__(self, path: Path):
+        import mmap
+
+        import numpy
+
+        self.path = path
+        self._file = path.open("rb")
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        table = cache_dir() / "indexes" / corpus_key(path) / "line-offsets.npy"
+        if table.is_file():
+            self.starts = numpy.load(table, mmap_mode="r")
+        else:
+            self.starts = _line_starts(self._map)
+            table.parent.mkdir(parents=True, exist_ok=True)
+            numpy.save(str(table) + ".tmp.npy", self.starts)
+            Path(str(table) + ".tmp.npy").replace(table)
+        if not len(self.starts):
+            raise CorpusError(f"Corpus {path} holds no records.")
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> dict:
+        start = int(self.starts[i])
+        end = self._map.find(b"\n", start)
+        line = self._map[start:end if end >= 0 else len(self._map)]
+        try:
+            record = json.loads(line)
+            return {"id": str(record["id"]), "contents": record["contents"]}
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CorpusError(f"{self.path}: record {i} is not a {{\"id\", \"contents\"}} "
+                              f"JSON record ({err}).") from err
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _line_starts(data):
+    """Offsets of the non-empty lines of `data` (bytes or a map), found with numpy."""
+    import numpy
+
+    chunk = 64 * 2**20
+    newlines = [numpy.flatnonzero(numpy.frombuffer(data[at:at + chunk], numpy.uint8) == 10)
+                + at for at in range(0, len(data), chunk)]
+    ends = numpy.concatenate([*newlines, [len(data)]]).astype(numpy.int64)
+    starts = numpy.concatenate([[0], ends[:-1] + 1]).astype(numpy.int64)
+    return starts[ends > starts]
+
+
+def open_records(path: Path):
+    """The corpus's records as a sequence: in memory when small, else mapped from disk."""
+    if path.stat().st_size <= IN_MEMORY_RECORDS_BYTES:
+        return load_records(path)
+    if path.suffix == ".gz":
+        raise CorpusError(f"{path} is {path.stat().st_size / 2**30:.1f} GB compressed: serving "
+                          "it needs the plain JSON-lines file. Decompress it once "
+                          f"(gzip -dk {path}) and pass the .jsonl.")
+    return MappedRecords(path)

@@ -2,20 +2,26 @@
 
 Defaults follow Search-R1's e5 retriever: e5-base-v2, mean pooling over the attention mask,
 `query: ` / `passage: ` prefixes, L2-normalised embeddings, a flat inner-product index.
-It loads an existing Search-R1 asset pair (`e5_Flat.index` + `wiki-18.jsonl`) or builds an
-index for a small corpus and caches it.
+It loads an existing Search-R1 asset pair (`e5_Flat.index` + `wiki-18.jsonl`), or any index
+built from it (`python -m retriever compress`), optionally memory-mapped, or builds a flat
+index for a small corpus and caches it. A big corpus is read through a line-offset table
+(`corpus.open_records`), so neither the index nor the documents need to fit in RAM.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from pathlib import Path
 
-from retriever.corpus import CorpusError, cache_dir, corpus_key, load_records
+from retriever import faiss_index
+from retriever.corpus import CorpusError, cache_dir, corpus_key, open_records
 from retriever.doc import Doc
+from retriever.engine import IsolatedSearch
 
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
+log = logging.getLogger("retriever")
 
 
 class Encoder:
@@ -55,49 +61,92 @@ class Encoder:
         return vectors
 
 
-class DenseRetriever:
+class DenseRetriever(IsolatedSearch):
     name = "dense"
 
     def __init__(self, corpus: Path, index: str | Path | None = None,
                  encoder: str = DEFAULT_ENCODER, query_prefix: str = "query: ",
-                 passage_prefix: str = "passage: "):
+                 passage_prefix: str = "passage: ", mmap: bool = False,
+                 nprobe: int | None = None, ef_search: int | None = None,
+                 rerank_flat: str | Path | None = None, gpu: str = "auto"):
         import faiss
 
-        self.records = load_records(corpus)
-        self.encoder = Encoder(encoder)
+        self.records = open_records(corpus)
         self.query_prefix = query_prefix
         start = time.perf_counter()
         if index is not None:
             path = Path(index).expanduser()
-            if not path.is_file():
-                raise CorpusError(f"No FAISS index at {path}.")
-            self.index = faiss.read_index(str(path))
+            self.index = faiss_index.read_index(path, mmap=mmap)
+            self._check_pair(self.index.ntotal, path)
+            self.encoder = Encoder(encoder)
         else:
+            self.encoder = Encoder(encoder)
             tag = hashlib.sha1(f"{encoder}|{passage_prefix}".encode()).hexdigest()[:10]
             path = cache_dir() / "indexes" / corpus_key(corpus) / f"dense-{tag}.faiss"
-            if path.is_file():
-                self.index = faiss.read_index(str(path))
-            else:
+            if not path.is_file():
                 passages = [passage_prefix + r["contents"] for r in self.records]
-                vectors = self.encoder.encode(passages)
-                self.index = faiss.IndexFlatIP(vectors.shape[1])
-                self.index.add(vectors)
+                built = faiss.IndexFlatIP(self.encoder.encode(passages[:1]).shape[1])
+                built.add(self.encoder.encode(passages))
                 path.parent.mkdir(parents=True, exist_ok=True)
-                faiss.write_index(self.index, str(path))
-        if self.index.ntotal != len(self.records):
-            raise CorpusError(f"The index holds {self.index.ntotal} vectors but the corpus has "
-                              f"{len(self.records)} records: they must be the same pair.")
+                faiss.write_index(built, str(path) + ".tmp")
+                Path(str(path) + ".tmp").replace(path)  # whole, or not at all
+            self.index = faiss_index.read_index(path, mmap=mmap)
+            self._check_pair(self.index.ntotal, path)
+        faiss_index.set_search_params(self.index, nprobe=nprobe, ef_search=ef_search)
+        if rerank_flat is not None:
+            flat = faiss_index.read_index(rerank_flat, mmap=True)
+            self._flat_for_rerank = flat  # the refine index does not own it
+            self.index = faiss_index.with_rerank(self.index, flat)
+        self.label = faiss_index.describe(self.index, path, mmap=mmap)
+        self.index, self.device = faiss_index.to_device(self.index, gpu)
+        log.info("dense index %s on %s", self.label, self.device)
         self.build_seconds = time.perf_counter() - start
         self.index_path = path
         self.num_docs = len(self.records)
 
-    def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
+    def _check_pair(self, vectors: int, path: Path) -> None:
+        if vectors != len(self.records):
+            raise CorpusError(f"The index {path} holds {vectors} vectors but the corpus has "
+                              f"{len(self.records)} records: they must be the same pair "
+                              "(the index built from this corpus, in the same order).")
+
+    @property
+    def details(self) -> dict:
+        """What /health and reports say about this engine: which index, where it runs."""
+        return {"index": self.label, "device": self.device}
+
+    def search_batch(self, queries: list[str], topk: int) -> list[list[Doc]]:
         if not queries:
             return []
         vectors = self.encoder.encode([self.query_prefix + q for q in queries])
         scores, ids = self.index.search(vectors, min(topk, self.num_docs))
-        return [
-            [Doc(id=self.records[i]["id"], contents=self.records[i]["contents"], score=float(s))
-             for i, s in zip(row_ids, row_scores, strict=True) if i >= 0]
-            for row_ids, row_scores in zip(ids, scores, strict=True)
-        ]
+        rows = []
+        for row_ids, row_scores in zip(ids, scores, strict=True):
+            row = []
+            for i, s in zip(row_ids.tolist(), row_scores.tolist(), strict=True):
+                if i >= 0:
+                    record = self.records[i]
+                    row.append(Doc(id=record["id"], contents=record["contents"], score=s))
+            rows.append(row)
+        return rows
+
+
+def recall_queries(engine: DenseRetriever, sample: int = 1000, seed: int = 0):
+    """Query vectors for recall checks: the titles of sampled documents, encoded as
+    queries (question-like, and the corpus at hand is all it takes)."""
+    import numpy as np
+
+    rows = np.random.default_rng(seed).choice(engine.num_docs, min(sample, engine.num_docs),
+                                              replace=False)
+    titles = [engine.records[int(i)]["contents"].split("\n", 1)[0].strip('" ') for i in rows]
+    return engine.encoder.encode([engine.query_prefix + t for t in titles])
+
+
+def check_recall(engine: DenseRetriever, flat_path: str | Path, sample: int = 1000,
+                 k: int = 3) -> float:
+    """recall@k of the engine's index against a flat index over the same corpus."""
+    flat = faiss_index.read_index(flat_path, mmap=True)
+    if faiss_index.kind_of(flat) != "flat":
+        raise faiss_index.DenseIndexError(f"--check-recall needs the flat index; {flat_path} "
+                                          f"is {faiss_index.kind_of(flat)}.")
+    return faiss_index.check_recall(flat, engine.index, recall_queries(engine, sample), k)

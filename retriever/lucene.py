@@ -14,13 +14,18 @@ import orjson
 
 from retriever.corpus import CorpusError, cache_dir, corpus_key, iter_records
 from retriever.doc import Doc
-from retriever.pyserini_compat import index_collection, load_lucene
+from retriever.engine import IsolatedSearch
+from retriever.pyserini_compat import index_collection, java_max_heap_mb, load_lucene
 
 # Corpora up to this size are held in memory (the default one is ~7 MB) and their index
 # stores only ids: Anserini loads every hit's stored fields, and an index that also stores
 # the raw JSON makes that a quarter of the search time. wiki-18's 13 GB keeps its documents
 # in the index instead.
 IN_MEMORY_CORPUS_BYTES = 512 * 2**20
+# Lucene refuses a query of more than 1,024 clauses (one per distinct term), and inside a
+# batch that failure fails every query. 8,192 holds any query the server takes (2,000
+# characters); a longer in-process query that still overflows fails alone (IsolatedSearch).
+MAX_CLAUSES = 8192
 
 
 def looks_like_path(index: str) -> bool:
@@ -57,7 +62,7 @@ def build_index(corpus: Path, index_dir: Path | None = None, threads: int | None
     return index_dir
 
 
-class LuceneBM25:
+class LuceneBM25(IsolatedSearch):
     """pyserini LuceneSearcher over a local index or a prebuilt one (e.g. wikipedia-dpr-100w)."""
 
     name = "bm25"
@@ -68,6 +73,7 @@ class LuceneBM25:
         from jnius import autoclass
 
         self._as_list = autoclass("java.util.Arrays").asList
+        autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_CLAUSES)
         self.contents = contents  # id -> contents, when the corpus is at hand
         # Ids and scores are all a batch needs when the documents are in memory.
         self._hits_json = _hits_as_json() if contents is not None else None
@@ -93,6 +99,11 @@ class LuceneBM25:
                               "Pass its corpus instead (--corpus PATH, without --index): its "
                               "index is found in the cache, or rebuilt.")
 
+    @property
+    def details(self) -> dict:
+        """What /health reports beyond the engine's name and size."""
+        return {"java_max_heap_mb": round(java_max_heap_mb())}
+
     def _doc(self, hit) -> Doc:
         if self.contents is not None:  # a dict lookup beats reading the stored field via JNI
             return Doc(id=hit.docid, contents=self.contents[hit.docid], score=float(hit.score))
@@ -104,7 +115,7 @@ class LuceneBM25:
             contents = f'"{raw.get("title", "")}"\n{raw.get("text", "")}'
         return Doc(id=str(hit.docid), contents=contents, score=float(hit.score))
 
-    def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
+    def search_batch(self, queries: list[str], topk: int) -> list[list[Doc]]:
         if not queries:
             return []
         if len(queries) == 1:

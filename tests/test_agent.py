@@ -110,7 +110,7 @@ def test_observation_is_truncated_to_its_token_cap(local_retriever):
 def test_context_cap_ends_the_run(local_retriever):
     backend = ScriptedBackend([SEARCH, ANSWER])
     prompt_tokens = backend.count_tokens(protocol.user_message("q"))
-    settings = AgentSettings(max_context_tokens=prompt_tokens + 40)
+    settings = AgentSettings(max_context_tokens=prompt_tokens + 40, on_context_full="stop")
     done = finished_of(list(run_agent("q", backend, local_retriever, settings)))
     assert done.stop_reason == "context_full" and done.searches == 1
     too_long = AgentSettings(max_prompt_tokens=prompt_tokens - 1)

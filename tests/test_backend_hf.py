@@ -46,7 +46,9 @@ def test_real_model_searches_then_answers(scripted, local_retriever):
     assert len(deltas) >= 4
     generated = done.response.replace(docs.rendered, "")
     assert "".join(deltas) == generated
-    assert done.new_tokens == 7 + 3  # the two scripted paths, each ending at its stop tag
+    # The two scripted paths: the search turn stops at `</search>`, the answer turn runs on
+    # past `</answer>` to EOS (counted).
+    assert done.new_tokens == 7 + 4
 
 
 def test_eos_ends_a_turn_and_optionally_the_run(tiny_models, local_retriever):

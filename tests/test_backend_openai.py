@@ -16,8 +16,10 @@ def test_restore_stop_puts_the_closing_tag_back():
     assert restore_stop("<search> q ", "stop", "</search>") == ("<search> q </search>", "stop")
     # vLLM says stop_reason None at EOS: never invent a closing tag then.
     assert restore_stop("<answer> Paris", "stop", None) == ("<answer> Paris", "eos")
-    # A server that never names the stop: an unclosed tag means a stop string fired.
-    assert restore_stop("<answer> a ", "stop", UNREPORTED) == ("<answer> a </answer>", "stop")
+    # A server that never names the stop: an unclosed `<search>` means `</search>` fired;
+    # `</answer>` is no stop string (generation runs on to EOS), so nothing is invented.
+    assert restore_stop("<search> q ", "stop", UNREPORTED) == ("<search> q </search>", "stop")
+    assert restore_stop("<answer> a ", "stop", UNREPORTED) == ("<answer> a ", "eos")
     assert restore_stop("<think>done</think>", "stop", UNREPORTED) == (
         "<think>done</think>", "eos")
     assert restore_stop("<search> q", "length", None) == ("<search> q", "length")

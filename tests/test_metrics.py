@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from agent.events import Finished
-from agent.protocol import extract_answer
+from agent.events import Finished, Segment
+from agent.protocol import answer_of, extract_answer
 from evaluator.benchmarks import Question
 from evaluator.metrics import (
     aggregate,
@@ -22,9 +24,15 @@ from evaluator.rundir import Record, make_record
 
 
 def score_question(response: str, golden, docs: list[str]) -> dict[str, float]:
-    """The metrics of the record made for a run that wrote `response` after a prompt."""
+    """The metrics of the record made for a run that wrote `response` after a prompt: the
+    `<information>` blocks in it are inserted text, the rest the model's turns."""
+    pieces = [p for p in re.split(r"(\n\n<information>.*?</information>\n\n)", response,
+                                  flags=re.DOTALL) if p]
+    segments = (Segment("PROMPT", False),
+                *(Segment(p, not p.startswith("\n\n<information>")) for p in pieces))
     finished = Finished("answer", 1, 0, 0, 0.0, "PROMPT" + response, "PROMPT",
-                        retrieved=list(docs))
+                        answer=answer_of(s.text for s in segments if s.generated),
+                        retrieved=list(docs), segments=segments)
     return make_record(Question("q", "nq", "q?", golden_list(golden)), finished).metrics
 
 
@@ -103,10 +111,13 @@ def test_retrieval_recall() -> None:
 def test_extract_answer_corner_cases() -> None:
     assert extract_answer("<answer> one </answer> then <answer>two</answer>") == "two"
     assert extract_answer("<think>hmm</think> no tag") is None
-    doc_tag = "<information>Doc 1(Title: x) <answer>trap</answer></information>"
-    assert extract_answer(f"<search>q</search>{doc_tag} done") is None
-    assert extract_answer(f"{doc_tag}<answer> real </answer>") == "real"
     assert extract_answer("<answer>\nmulti\nline\n</answer>") == "multi\nline"
+    # Documents are inserted text: only the model's turns are searched (answer_of).
+    doc_tag = "\n\n<information>Doc 1(Title: x) <answer>trap</answer></information>\n\n"
+    assert answer_of(["<search>q</search>", " done"]) is None
+    assert score_question(f"<search>q</search>{doc_tag} done", ["trap"], [])["em"] == 0
+    assert score_question(f"<search>q</search>{doc_tag}<answer> real </answer>", ["real"],
+                          [])["em"] == 1
 
 
 def test_score_question_uses_last_answer_and_ignores_documents() -> None:

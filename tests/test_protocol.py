@@ -51,7 +51,10 @@ def test_cut_turn_prefers_search_then_answer():
 def test_find_stop():
     assert protocol.find_stop("abc") == -1
     assert protocol.find_stop("x </search> y") == len("x </search>")
-    assert protocol.find_stop("<answer>a</answer><search>") == len("<answer>a</answer>")
+    # `</answer>` is no stop: a later `</search>` can still move the cut past it.
+    assert protocol.find_stop("<answer>a</answer><search>") == -1
+    assert protocol.find_stop("<answer>a</answer><search>q</search>!") == len(
+        "<answer>a</answer><search>q</search>")
 
 
 def test_parse_action():
@@ -85,8 +88,15 @@ def test_render_documents_byte_exact():
 def test_extract_answer():
     assert protocol.extract_answer("<answer> a </answer> then <answer> b </answer>") == "b"
     assert protocol.extract_answer("no tag") is None
-    assert protocol.extract_answer(
-        "<information>Doc 1(Title: x) <answer>doc</answer></information>") is None
+
+
+def test_answer_of_searches_each_model_turn_on_its_own():
+    assert protocol.answer_of(["<answer> a </answer>", "<answer> b </answer> x"]) == "b"
+    assert protocol.answer_of(["<answer> a </answer>", "no tag"]) == "a"
+    assert protocol.answer_of([]) is None
+    # An unclosed `<answer>` never joins a `</answer>` of a later turn.
+    assert protocol.answer_of(["<answer> Paris", "x </answer>"]) is None
+    assert protocol.answer_of(["<answer> Paris", "<answer> Paris </answer>"]) == "Paris"
 
 
 def test_server_answers_become_docs_at_the_client():

@@ -212,9 +212,9 @@ def test_server_answers_the_search_r1_payload(retriever_server):
     (b"{not json", "not valid JSON"),
     (b'{"topk": 3}', "queries"),
     (b'{"queries": ["ok", 5]}', "queries.1"),
-    (b'{"queries": ["q"], "topk": 0}', "topk"),
+    (b'{"queries": ["q"], "topk": -1}', "topk"),
     (b'{"queries": ["q"], "topk": 101}', "topk"),
-    (json.dumps({"queries": ["q"] * 1001}).encode(), "queries"),
+    (json.dumps({"queries": ["q"] * 8193}).encode(), "--max-queries"),
     (json.dumps({"queries": ["x" * 2001]}).encode(), "2000"),
 ])
 def test_server_rejects_bad_requests(retriever_server, body, needle):

@@ -18,9 +18,9 @@ class Sampling:
 
 @dataclass(frozen=True)
 class TurnOutput:
-    text: str  # generated text, closing tag included when a stop string fired
-    new_tokens: int
-    finish: str  # "stop" (a stop string), "eos", "length" or "cancelled"
+    text: str  # generated text up to EOS, closing tag included when a stop string fired
+    new_tokens: int  # tokens generated (EOS included), also those the loop then cuts off
+    finish: str  # "stop" (the stop string `</search>`), "eos", "length" or "cancelled"
 
 
 class ModelLoadError(RuntimeError):
@@ -44,11 +44,19 @@ class Backend(Protocol):
     def truncate(self, text: str, max_tokens: int) -> str: ...
 
     def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
-               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
-        """Yield text deltas of one turn, then one TurnOutput."""
+               cancel: threading.Event | None = None,
+               keep_last: int | None = None) -> Iterator[str | TurnOutput]:
+        """Yield text deltas of one turn, then one TurnOutput.
+
+        Generation stops at EOS, the budget or `protocol.STOP_STRINGS`, never elsewhere.
+        `keep_last`: feed the model only the last that many tokens of the context
+        (Search-R1's rolling window); the loop passes it only when the context is longer.
+        """
         ...
 
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
-                 sampling: Sampling) -> list[TurnOutput]:
-        """One turn for each context, together (batched or concurrent)."""
+                 sampling: Sampling,
+                 keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
+        """One turn for each context, together (batched or concurrent); `keep_last` per
+        context as in `stream`."""
         ...

@@ -116,11 +116,43 @@ class _Cancel:
         return torch.full((input_ids.shape[0],), hit, dtype=torch.bool, device=input_ids.device)
 
 
+def _control_ids(tokenizer) -> set[int]:
+    """Special tokens to leave out of generated text (EOS, padding, chat markers), as
+    `skip_special_tokens` does, except the protocol's tags: a Qwen3-derived vocabulary may
+    flag `<think>` / `</think>` special, and they are the model's text (trajectory, score)."""
+    special = set(tokenizer.all_special_ids)
+    special.update(i for i, token in tokenizer.added_tokens_decoder.items() if token.special)
+    tags = {tokenizer.convert_tokens_to_ids(tag) for tag in protocol.PROTOCOL_TAGS
+            if tag in tokenizer.get_added_vocab()}
+    return special - tags
+
+
+def _streamer(tokenizer, control: set[int]):
+    """A TextIteratorStreamer that leaves out control tokens (see `_control_ids`). It holds
+    text back until a word ends, so a character split over tokens is never shown broken."""
+    import torch
+    from transformers import TextIteratorStreamer
+
+    class Streamer(TextIteratorStreamer):
+        def put(self, value):
+            if not self.next_tokens_are_prompt and control:  # the prompt is skipped whole
+                value = value.reshape(-1)
+                keep = torch.tensor([int(t) not in control for t in value], dtype=torch.bool,
+                                    device=value.device)
+                value = value[keep]
+                if value.numel() == 0:
+                    return
+            super().put(value)
+
+    return Streamer(tokenizer, skip_prompt=True, skip_special_tokens=False)
+
+
 class TransformersBackend:
     name = "transformers"
 
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto",
-                 trust_remote_code: bool = False, reuse_cache: bool = True):
+                 trust_remote_code: bool = False, reuse_cache: bool = True,
+                 stop_strings: Sequence[str] = protocol.STOP_STRINGS):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -146,6 +178,10 @@ class TransformersBackend:
         self.model.eval()
         self.model_id = model
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
+        self.control_ids = _control_ids(self.tokenizer)
+        # Only benchmarks/stop_rule.py changes them (to measure the old `</answer>` stop).
+        self.stop_strings = tuple(stop_strings)
+        self._stop_criteria = None  # built on first use: it indexes the whole vocabulary
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                        else self.eos_ids[0])
         self.reuse_cache = reuse_cache
@@ -168,16 +204,36 @@ class TransformersBackend:
         ids = self._encode(text)
         return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
-    def context_ids(self, context: Sequence[str]) -> list[int]:
-        """Segments tokenized one by one and concatenated, as Search-R1 builds rollouts."""
-        return [i for segment in context for i in self._encode(segment)]
+    def context_ids(self, context: Sequence[str], keep_last: int | None = None) -> list[int]:
+        """Segments tokenized one by one and concatenated, as Search-R1 builds rollouts;
+        only the last `keep_last` tokens when given (its rolling window)."""
+        ids = [i for segment in context for i in self._encode(segment)]
+        return ids[-keep_last:] if keep_last else ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Generated ids as text: control tokens left out, the protocol's tags kept."""
+        return self.tokenizer.decode([i for i in ids if i not in self.control_ids],
+                                     skip_special_tokens=False)
+
+    def _stops(self, *extra) -> list:
+        """Stopping criteria: the stop strings (built once; passing `stop_strings` to
+        generate rebuilds them per call, seconds for Qwen's 151k tokens), then `extra`."""
+        from transformers import StopStringCriteria
+
+        if self._stop_criteria is None:
+            self._stop_criteria = StopStringCriteria(self.tokenizer, list(self.stop_strings))
+        return [self._stop_criteria, *extra]
+
+    def _stopped(self, text: str) -> int:
+        """Index just past the first stop string in `text`; -1 when none."""
+        ends = [i + len(tag) for tag in self.stop_strings if (i := text.find(tag)) != -1]
+        return min(ends) if ends else -1
 
     def _generation_kwargs(self, max_new_tokens: int, sampling: Sampling) -> dict:
         import torch
 
         kwargs = {"max_new_tokens": max_new_tokens, "eos_token_id": self.eos_ids,
-                  "pad_token_id": self.pad_id, "stop_strings": list(protocol.STOP_STRINGS),
-                  "tokenizer": self.tokenizer, "do_sample": not sampling.greedy,
+                  "pad_token_id": self.pad_id, "do_sample": not sampling.greedy,
                   # Instruct checkpoints ship a repetition penalty in generation_config;
                   # Search-R1's rollouts and evaluation used none.
                   "repetition_penalty": 1.0}
@@ -194,9 +250,8 @@ class TransformersBackend:
         """Trim after EOS, then classify why the turn ended."""
         for n, token in enumerate(new_ids):
             if token in self.eos_ids:
-                return TurnOutput(self.tokenizer.decode(new_ids[:n], skip_special_tokens=True),
-                                  n + 1, "eos")
-        if protocol.find_stop(text) >= 0:
+                return TurnOutput(self.decode(new_ids[:n]), n + 1, "eos")
+        if self._stopped(text) >= 0:
             return TurnOutput(text, len(new_ids), "stop")
         if cancelled:
             return TurnOutput(text, len(new_ids), "cancelled")
@@ -221,19 +276,21 @@ class TransformersBackend:
         return self._cache
 
     def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
-               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
+               cancel: threading.Event | None = None,
+               keep_last: int | None = None) -> Iterator[str | TurnOutput]:
         import torch
-        from transformers import StoppingCriteriaList, TextIteratorStreamer
+        from transformers import StoppingCriteriaList
 
         with self._lock:
-            ids = self.context_ids(context)
+            ids = self.context_ids(context, keep_last)
+            # After a left cut the ids no longer start like the cached ones, so nothing is
+            # reused: a cached position is kept only under the very same prefix.
             cache = self._reusable_prefix(ids)
             # Taken: generate extends it in place, so it only comes back if this turn ends
             # normally (an error or an abandoned stream would leave it out of step).
             self._cache = None
             input_ids = torch.tensor([ids], device=self.model.device)
-            streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True,
-                                            skip_special_tokens=True)
+            streamer = _streamer(self.tokenizer, self.control_ids)
             result: dict = {}
             abandoned = threading.Event()  # the consumer stopped reading: stop generating
 
@@ -244,8 +301,8 @@ class TransformersBackend:
                             input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
                             cache=cache, streamer=streamer,
                             return_dict_in_generate=True,
-                            stopping_criteria=StoppingCriteriaList([_Cancel(cancel,
-                                                                            abandoned)]),
+                            stopping_criteria=StoppingCriteriaList(
+                                self._stops(_Cancel(cancel, abandoned))),
                             **self._generation_kwargs(max_new_tokens, sampling))
                 except BaseException as err:  # re-raised in the consumer's thread
                     result["error"] = err
@@ -266,17 +323,21 @@ class TransformersBackend:
             new_ids = sequence[len(ids):]
             # The cache now holds the context and all but the last generated token.
             self._cached_ids, self._cache = sequence, result["out"].cache
-            text = self.tokenizer.decode(new_ids, skip_special_tokens=True)
+            text = self.decode(new_ids)
             yield self._finish(new_ids, text, max_new_tokens,
                                cancel is not None and cancel.is_set())
 
     # Many questions, one turn each -------------------------------------------------------
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
-                 sampling: Sampling) -> list[TurnOutput]:
+                 sampling: Sampling,
+                 keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
         import torch
-        from transformers import DynamicCache
+        from transformers import DynamicCache, StoppingCriteriaList
 
-        rows = [self.context_ids(c) for c in contexts]
+        keep_last = keep_last or [None] * len(contexts)
+        # A left-cut row starts unlike its cached row, so `extend` finds no match and the
+        # batch is encoded afresh (a cached position is only reused under the same prefix).
+        rows = [self.context_ids(c, k) for c, k in zip(contexts, keep_last, strict=True)]
         with self._lock, torch.inference_mode():
             # Taken, not borrowed: a failed generate must not leave a half-updated cache.
             batch, self._batch = self._batch, None
@@ -291,6 +352,7 @@ class TransformersBackend:
                 input_ids=input_ids.to(self.model.device),
                 attention_mask=mask.to(self.model.device), cache=cache,
                 return_dict_in_generate=True,
+                stopping_criteria=StoppingCriteriaList(self._stops()),
                 **self._generation_kwargs(max(max_new_tokens), sampling))
         width = input_ids.shape[1]
         outputs, kept_tokens = [], []
@@ -300,15 +362,20 @@ class TransformersBackend:
             # stop string, whichever came first.
             eos_at = next((n for n, t in enumerate(new_ids) if t in self.eos_ids), None)
             kept = new_ids if eos_at is None else new_ids[:eos_at]
-            text = self.tokenizer.decode(kept, skip_special_tokens=True)
-            cut = protocol.find_stop(text)
-            if cut >= 0:
-                outputs.append(TurnOutput(text[:cut], self._tokens_until(kept, cut), "stop"))
+            text = self.decode(kept)
+            stop = self._stopped(text)
+            if stop >= 0:  # the text of the tokens up to the stop, as `stream` gives it
+                n = self._tokens_until(kept, stop)
+                outputs.append(TurnOutput(self.decode(kept[:n]), n, "stop"))
             elif eos_at is not None:
                 outputs.append(TurnOutput(text, eos_at + 1, "eos"))
             else:
                 outputs.append(TurnOutput(text, len(new_ids), "length"))
-            kept_tokens.append(outputs[-1].new_tokens)
+            # The cache keeps the tokens the next context starts with: those up to the cut
+            # (a turn generated past a `</answer>` that goes on as an invalid action).
+            cut = len(protocol.cut_turn(outputs[-1].text))
+            kept_tokens.append(outputs[-1].new_tokens if cut == len(outputs[-1].text)
+                               else self._tokens_until(kept, cut))
         if self.reuse_cache:
             self._batch = _BatchCache.after(out.sequences, mask, out.cache, kept_tokens)
         return outputs
@@ -316,6 +383,6 @@ class TransformersBackend:
     def _tokens_until(self, ids: list[int], chars: int) -> int:
         """How many of `ids` it takes for the decoded text to reach `chars` characters."""
         for n in range(1, len(ids) + 1):
-            if len(self.tokenizer.decode(ids[:n], skip_special_tokens=True)) >= chars:
+            if len(self.decode(ids[:n])) >= chars:
                 return n
         return len(ids)

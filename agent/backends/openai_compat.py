@@ -1,8 +1,9 @@
 """Any OpenAI-compatible completions server (vLLM, SGLang, TGI) as a backend.
 
 The prompt is templated here and sent to `/completions` (not chat), so the server sees the
-exact Search-R1 text. Servers leave the matched stop string out of the text: we put the
-closing tag back so the trajectory is exactly what the model produced.
+exact Search-R1 text. The one stop string is `</search>` (protocol.STOP_STRINGS: a turn
+generated past `</answer>` runs to EOS, and the loop cuts it). Servers leave the matched stop
+string out of the text: we put it back so the trajectory is exactly what the model produced.
 """
 
 from __future__ import annotations
@@ -34,12 +35,11 @@ def restore_stop(text: str, finish_reason: str | None, stop_reason) -> tuple[str
         return text + stop_reason, "stop"
     if stop_reason is not UNREPORTED:  # reported, and not a stop string: EOS
         return text, "eos"
-    # A server that never says which stop fired: an unclosed tag means a stop string did;
-    # otherwise the model ended with EOS.
-    last_search, last_answer = text.rfind("<search>"), text.rfind("<answer>")
-    opened = "search" if last_search > last_answer else "answer" if last_answer >= 0 else None
-    if opened and f"</{opened}>" not in text[max(last_search, last_answer):]:
-        return text + f"</{opened}>", "stop"
+    # A server that never says which stop fired: an unclosed `<search>` means `</search>`
+    # did; otherwise the model ended with EOS.
+    opened = text.rfind("<search>")
+    if opened >= 0 and "</search>" not in text[opened:]:
+        return text + "</search>", "stop"
     return text, "eos"
 
 
@@ -88,13 +88,25 @@ class OpenAIBackend:
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
+    def _prompt(self, context: Sequence[str], keep_last: int | None) -> str | list[int]:
+        """The prompt text; with `keep_last`, the last that many tokens, sent as token ids
+        (the completions API takes them), so the cut falls where Search-R1's does."""
+        if not keep_last:
+            return "".join(context)
+        if self.tokenizer is None:
+            return "".join(context)[-keep_last * 4:]
+        ids = [i for segment in context
+               for i in self.tokenizer(segment, add_special_tokens=False)["input_ids"]]
+        return ids[-keep_last:]
+
     def _request(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
-                 stream: bool):
+                 stream: bool, keep_last: int | None = None):
         import openai
 
         try:
             return self.client.completions.create(
-                model=self.model, prompt="".join(context), max_tokens=max_new_tokens,
+                model=self.model, prompt=self._prompt(context, keep_last),
+                max_tokens=max_new_tokens,
                 temperature=0.0 if sampling.greedy else sampling.temperature,
                 top_p=1.0 if sampling.greedy else sampling.top_p, seed=sampling.seed,
                 stop=list(protocol.STOP_STRINGS), stream=stream,
@@ -108,8 +120,10 @@ class OpenAIBackend:
                                   "and pass --base-url.") from err
 
     def stream(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
-               cancel: threading.Event | None = None) -> Iterator[str | TurnOutput]:
-        response = self._request(context, max_new_tokens, sampling, stream=True)
+               cancel: threading.Event | None = None,
+               keep_last: int | None = None) -> Iterator[str | TurnOutput]:
+        response = self._request(context, max_new_tokens, sampling, stream=True,
+                                 keep_last=keep_last)
         text, finish, stop_reason, usage = "", None, None, None
         try:
             for chunk in response:
@@ -132,16 +146,20 @@ class OpenAIBackend:
             yield full[len(text):]
         yield TurnOutput(full, usage if usage is not None else self.count_tokens(text), why)
 
-    def _one(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling) -> TurnOutput:
-        choice = self._request(context, max_new_tokens, sampling, stream=False)
+    def _one(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
+             keep_last: int | None = None) -> TurnOutput:
+        choice = self._request(context, max_new_tokens, sampling, stream=False,
+                               keep_last=keep_last)
         first = choice.choices[0]
         full, why = restore_stop(first.text, first.finish_reason, stop_field(first))
         tokens = choice.usage.completion_tokens if choice.usage else self.count_tokens(first.text)
         return TurnOutput(full, tokens, why)
 
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
-                 sampling: Sampling) -> list[TurnOutput]:
+                 sampling: Sampling,
+                 keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
         """Concurrent requests: the server batches them (continuous batching)."""
+        keep_last = keep_last or [None] * len(contexts)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda a: self._one(*a, sampling), zip(contexts, max_new_tokens,
-                                                                         strict=True)))
+            return list(pool.map(lambda a: self._one(a[0], a[1], sampling, a[2]),
+                                 zip(contexts, max_new_tokens, keep_last, strict=True)))

@@ -1,0 +1,122 @@
+"""Benchmark the nano agent on the held-out `vitalqa` questions, on CPU.
+
+    python benchmarks/nano.py [--model assets/nano-agent] [--limit N] [--threads 2]
+                              [--batch-size 16] [--json out.json]
+
+For each question, greedy, with run_agent one question at a time (the loop the UI and the
+CLI use; per-question seconds are only meaningful there):
+  (a) with retrieval: the in-process BM25 engine on the embedded corpus, top 3, observations
+      cut at 500 tokens (the defaults of every front end);
+  (b) without retrieval: a retriever that returns no documents. EM here shows how much the
+      model answers from its weights rather than from what it read;
+then (c) run_agent_batch over the same questions with retrieval, as the evaluator runs it.
+Printed: EM (Search-R1's exact match on the last <answer>), well-formed rate (runs that end
+with an <answer>), searches per question, EM per question family, p50/p90 seconds per
+question, and the ratios (a)/(b) for EM and (c)/(a) for questions per second.
+Bar (issue 13): EM >= 0.5 with retrieval, <= 0.1 without, >= 95 % well-formed, p50 < 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ[_name] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from agent.backends.hf import TransformersBackend  # noqa: E402
+from agent.loop import AgentSettings, run_agent_batch  # noqa: E402
+from evaluator.metrics import exact_match  # noqa: E402
+from nano.evaluate import BENCHMARK, EmptyRetriever, load_questions, run_one_by_one, score  # noqa: E402
+from retriever.client import LocalRetriever  # noqa: E402
+
+DEFAULT_MODEL = ROOT / "assets" / "nano-agent"
+
+
+def evaluate(model: str, records: list[dict], settings: AgentSettings | None = None,
+             batch_size: int = 0, engine: str = "bm25") -> dict:
+    settings = settings or AgentSettings()
+    backend = TransformersBackend(model, device="cpu")
+    retriever = LocalRetriever(engine=engine)
+    retriever.search(["warm up"], 3)  # open the index before any timing
+    start = time.perf_counter()
+    with_docs = run_one_by_one(records, backend, retriever, settings)
+    one_by_one_s = time.perf_counter() - start
+    result = {"with_retrieval": score(records, with_docs),
+              "without_retrieval": score(records, run_one_by_one(records, backend,
+                                                                  EmptyRetriever(), settings)),
+              "one_by_one_qps": len(records) / one_by_one_s}
+    if batch_size:
+        start = time.perf_counter()
+        batched = [None] * len(records)
+        for s in range(0, len(records), batch_size):
+            chunk = records[s:s + batch_size]
+            for i, run in run_agent_batch([r["question"] for r in chunk], backend, retriever,
+                                          settings):
+                batched[s + i] = run
+        result["batched_qps"] = len(records) / (time.perf_counter() - start)
+        result["batched_em"] = statistics.mean(
+            exact_match(run.answer, r["golden_answers"]) for r, run in zip(records, batched,
+                                                                           strict=True))
+    result["examples"] = [{"question": r["question"], "golden": r["golden_answers"],
+                           "answer": run.answer, "family": r["metadata"]["family"]}
+                          for r, run in zip(records, with_docs, strict=True)]
+    return result
+
+
+def report(result: dict) -> str:
+    a, b = result["with_retrieval"], result["without_retrieval"]
+    lines = [f"vitalqa, {a['questions']} held-out questions, greedy, top-3 BM25, "
+             "one question at a time",
+             f"{'':24}{'EM':>7}{'well-formed':>13}{'searches':>10}{'p50 s':>8}{'p90 s':>8}"]
+    for name, r in (("(a) with retrieval", a), ("(b) without retrieval", b)):
+        lines.append(f"{name:24}{r['em']:7.3f}{r['well_formed']:13.1%}{r['searches']:10.2f}"
+                     f"{r['p50_s']:8.2f}{r['p90_s']:8.2f}")
+    ratio = a["em"] / b["em"] if b["em"] else float("inf")
+    lines.append(f"EM ratio (a)/(b): {ratio:.1f}x (answers come from search)")
+    lines.append("EM per family (a): " + ", ".join(
+        f"{f} {v:.3f} (n={a['family_counts'][f]})" for f, v in a["per_family"].items()))
+    lines.append("EM per family (b): " + ", ".join(
+        f"{f} {v:.3f}" for f, v in b["per_family"].items()))
+    if "batched_qps" in result:
+        lines.append(f"(c) run_agent_batch: {result['batched_qps']:.2f} questions/s vs "
+                     f"{result['one_by_one_qps']:.2f} one by one "
+                     f"({result['batched_qps'] / result['one_by_one_qps']:.1f}x), "
+                     f"EM {result['batched_em']:.3f}")
+    bar = (a["em"] >= 0.5, b["em"] <= 0.1, a["well_formed"] >= 0.95, a["p50_s"] < 1.0)
+    lines.append("bar: EM>=0.5 {} | EM without <=0.1 {} | well-formed>=95% {} | p50<1s {}"
+                 .format(*("met" if ok else "NOT met" for ok in bar)))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=str(DEFAULT_MODEL))
+    parser.add_argument("--benchmark", default=str(BENCHMARK))
+    parser.add_argument("--limit", type=int, default=None, help="a fixed sample of N questions")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (2 cores: 2)")
+    parser.add_argument("--batch-size", type=int, default=16, help="0 skips (c)")
+    parser.add_argument("--engine", default="bm25")
+    parser.add_argument("--json", default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    records = load_questions(Path(args.benchmark), args.limit)
+    result = evaluate(args.model, records, batch_size=args.batch_size, engine=args.engine)
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""`python -m nano data`: tokenizer, training trajectories and the vitalqa benchmark files."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.loop import AgentSettings
+from nano.data import BENCHMARK_NAME, benchmark_questions, build_questions, write_benchmark
+from nano.questions import Question
+from nano.teacher import trajectories
+from nano.tokenizer import build_tokenizer
+from retriever.client import LocalRetriever
+from retriever.corpus import load_records, resolve_corpus
+
+HUMAN_QUESTIONS = Path(__file__).with_name("vitalqa_human.jsonl")
+# Training copies (phrasings) per question family: the span and two-hop families are rarer
+# in the corpus and harder to learn, so they get more phrasings.
+COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3}
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    out: Path  # tokenizer/ and train.jsonl go here
+    benchmark: Path | None = None  # DIR/vitalqa/test.jsonl is written when given
+    corpus: str = "default"
+    engine: str = "bm25"
+    vocab_size: int = 4096
+    limit: int | None = None  # at most this many training questions (micro runs)
+    trajectories: bool = True  # False: only the tokenizer and the benchmark file
+
+
+def training_selection(train: list[Question], limit: int | None = None) -> list[Question]:
+    """Questions kept for training: COPIES phrasings per family, in a stable mixed order."""
+    from nano.questions import stable_int
+
+    keep = [q for q in train if int(q.id.rsplit("-", 1)[1]) < COPIES[q.family]]
+    keep.sort(key=lambda q: stable_int("order:" + q.id))
+    return keep[:limit] if limit else keep
+
+
+def build_data(config: DataConfig, log=print) -> dict:
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    records = load_records(resolve_corpus(config.corpus))
+    config.out.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(records, config.vocab_size)
+    tokenizer.save_pretrained(str(config.out / "tokenizer"))
+    train, held = build_questions(records, max(COPIES.values()))
+    summary: dict = {"articles": len(records)}
+    if config.benchmark is not None:
+        human = ([json.loads(x) for x in HUMAN_QUESTIONS.read_text().splitlines() if x.strip()]
+                 if HUMAN_QUESTIONS.is_file() else [])
+        path = config.benchmark / BENCHMARK_NAME / "test.jsonl"
+        summary["benchmark"] = dict(write_benchmark(benchmark_questions(held), human, path))
+        log(f"wrote {path}: {summary['benchmark']}")
+    if not config.trajectories:
+        return summary
+    selected = training_selection(train, config.limit)
+    retriever = LocalRetriever(engine=config.engine, corpus=config.corpus)
+    families: Counter = Counter()
+    searches: Counter = Counter()
+    tmp = config.out / "train.jsonl.tmp"
+    with tmp.open("w", encoding="utf-8") as out, tqdm(total=len(selected),
+                                                       desc="trajectories") as bar:
+        for record in trajectories(selected, tokenizer, retriever, AgentSettings(),
+                                   progress=bar):
+            families[record["family"]] += 1
+            searches[record["searches"]] += 1
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    tmp.replace(config.out / "train.jsonl")
+    mixed = write_mix(config.out / "train.jsonl", config.out / "train_mix.jsonl")
+    summary.update(questions=len(selected), trajectories=dict(families),
+                   searches=dict(searches), mix=mixed,
+                   seconds=round(time.perf_counter() - start, 1))
+    (config.out / "data_summary.json").write_text(json.dumps(summary, indent=1))
+    log(f"wrote {config.out / 'train.jsonl'}: {summary}")
+    return summary
+
+
+# The shipped model's training mix: every span, two-hop and description trajectory and the
+# first MIX_DEFINITIONS definition ones (the most common and easiest family), shuffled.
+MIX_DEFINITIONS = 5000
+
+
+def write_mix(source: Path, target: Path, definitions: int = MIX_DEFINITIONS,
+              seed: int = 0) -> int:
+    import random
+
+    by_family: dict[str, list[str]] = {}
+    with source.open(encoding="utf-8") as lines:
+        for line in lines:
+            by_family.setdefault(json.loads(line)["family"], []).append(line)
+    keep = [line for family in ("span", "twohop", "description")
+            for line in by_family.get(family, [])]
+    keep += by_family.get("definition", [])[:definitions]
+    random.Random(seed).shuffle(keep)
+    target.write_text("".join(keep), encoding="utf-8")
+    return len(keep)

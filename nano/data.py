@@ -1,0 +1,115 @@
+"""The nano agent's question sets: training questions and the held-out `vitalqa` benchmark.
+
+Deterministic: the split is a hash of each article's title and every random choice is
+seeded from the question's own id, so the same corpus always gives the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+from nano.questions import (
+    Article,
+    Question,
+    articles_from_records,
+    definition_question,
+    description_of,
+    description_question,
+    held_out,
+    phrase,
+    reformulations_for,
+    span_facts,
+    stable_int,
+)
+
+BENCHMARK_NAME = "vitalqa"
+# Held-out questions per family in the benchmark (the rest of the held-out pool is unused).
+BENCHMARK_CAPS = {"definition": 120, "description": 100, "span": 120, "twohop": 60}
+
+
+def _rng(key: str) -> random.Random:
+    return random.Random(stable_int(key))
+
+
+def _title_answers(article: Article) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([article.name, article.title]))
+
+
+def questions_for(article: Article, by_title: dict[str, Article], copies: int = 1
+                  ) -> list[Question]:
+    """All questions about one article, `copies` phrasings of each."""
+    out: list[Question] = []
+    for copy in range(copies):
+        key = f"{article.id}:{copy}"
+        if text := definition_question(article, _rng("def" + key)):
+            out.append(Question(f"definition-{article.id}-{copy}", phrase(text, _rng("p" + key)),
+                                _title_answers(article), "definition", (article.title,),
+                                reformulations=reformulations_for(text)))
+        if text := description_question(article, _rng("desc" + key)):
+            out.append(Question(f"description-{article.id}-{copy}",
+                                phrase(text, _rng("pd" + key)), _title_answers(article),
+                                "description", (article.title,),
+                                reformulations=reformulations_for(text)))
+        for n, (relation, text, answer) in enumerate(span_facts(article)):
+            out.append(Question(f"span-{article.id}-{n}-{copy}",
+                                phrase(text, _rng(f"ps{n}" + key)), (answer,), "span",
+                                (article.title,), relation,
+                                reformulations=reformulations_for(text, article.name)))
+            description = description_of(article)
+            if description and answer.lower() not in description.lower():
+                hop = text.replace(article.name, description)
+                out.append(Question(f"twohop-{article.id}-{n}-{copy}",
+                                    phrase(hop, _rng(f"ph{n}" + key)), (answer,), "twohop",
+                                    (article.title,), relation, bridge=article.title,
+                                    second_query=text))
+    return out
+
+
+def build_questions(records: list[dict], train_copies: int = 2
+                    ) -> tuple[list[Question], list[Question]]:
+    """(training questions, held-out pool): no held-out article in any training question."""
+    articles = articles_from_records(records)
+    by_title = {a.title: a for a in articles}
+    train, held = [], []
+    for article in articles:
+        if held_out(article.title):
+            held.extend(questions_for(article, by_title, 1))
+        else:
+            train.extend(questions_for(article, by_title, train_copies))
+    return train, held
+
+
+def benchmark_questions(held: list[Question]) -> list[Question]:
+    """A fixed sample of the held-out pool, capped per family, in a stable order."""
+    out = []
+    for family, cap in BENCHMARK_CAPS.items():
+        pool = sorted((q for q in held if q.family == family), key=lambda q: stable_int(q.id))
+        out.extend(pool[:cap])
+    return out
+
+
+def to_record(q: Question) -> dict:
+    """FlashRAG's record format, the family and articles in `metadata`."""
+    return {"id": q.id, "question": q.question, "golden_answers": list(q.answers),
+            "metadata": {"family": q.family, "articles": list(q.articles),
+                         "relation": q.relation}}
+
+
+def read_human(path: Path) -> list[dict]:
+    """The hand-written questions (family `human`), kept in their own file."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def write_benchmark(questions: list[Question], human: list[dict], path: Path) -> Counter:
+    """Write `vitalqa` as JSON lines; returns the count per family."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = [to_record(q) for q in questions] + human
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
+                   encoding="utf-8")
+    tmp.replace(path)
+    return Counter(r["metadata"]["family"] for r in records)

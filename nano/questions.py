@@ -1,0 +1,252 @@
+"""Question families written from the embedded corpus: pure functions, deterministic.
+
+Every question says which article(s) it is about, its golden answers, the first search a
+person would make (the question itself) and reformulations a searcher can derive from the
+question alone (never from the answer), for when the first search misses.
+
+Families (the `family` field):
+  definition   what the first sentence defines → the article's title
+  description  a later sentence about the subject ("It was built …") → the title
+  span         a relation stated in the text (who wrote / directed / founded, when, where,
+               capital, nationality) → a span of the text
+  twohop       a span question whose subject is named by a description, so the first
+               search finds the bridge article and the second asks about it
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+
+HELD_OUT_PERCENT = 10  # articles whose questions are held out (by a hash of the title)
+
+_STOP = set("""a an the of in on at to for by with from and or as is was are were be been
+which that who whom whose what when where how it its this these those his her their he she
+they them into than then also has had have do did does name called""".split())
+_NAME = r"([A-Z][\w'’.-]*(?: (?:[A-Z][\w'’.-]*|de|von|van|da|of|the)){0,4})"
+_NATIONALITIES = """American English British French German Italian Russian Chinese Japanese Indian
+Greek Roman Spanish Dutch Austrian Polish Scottish Irish Swedish Norwegian Danish Belgian Swiss
+Portuguese Brazilian Mexican Canadian Australian Hungarian Czech Persian Egyptian Arab Turkish
+Korean Argentine Chilean Finnish Ukrainian Welsh Israeli Iranian Nigerian Flemish Venetian
+Florentine Prussian Soviet Byzantine Ottoman Mongol Macedonian Athenian Scottish-American
+German-born Austrian-born Polish-born""".split()
+
+
+@dataclass(frozen=True)
+class Article:
+    id: str
+    title: str  # without quotes, as in the corpus ("Leviathan (Hobbes book)")
+    text: str
+
+    @property
+    def name(self) -> str:
+        """The title without a disambiguation in parentheses: what a person calls it."""
+        return re.sub(r"\s*\([^)]*\)$", "", self.title)
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    answers: tuple[str, ...]  # golden answers; the first is the one the teacher gives
+    family: str
+    articles: tuple[str, ...]  # titles of the articles the question is about
+    relation: str = ""  # span kind (directed, founded_year, capital, ...)
+    reformulations: tuple[str, ...] = ()
+    bridge: str = ""  # two-hop: the title the first search should find
+    second_query: str = ""  # two-hop: the search to make about the bridge
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+def stable_int(text: str) -> int:
+    return int(hashlib.sha1(text.encode("utf-8")).hexdigest()[:12], 16)
+
+
+def held_out(title: str) -> bool:
+    """The split by article: a fixed hash of the title, never a random draw."""
+    return stable_int("split:" + title) % 100 < HELD_OUT_PERCENT
+
+
+def articles_from_records(records: list[dict]) -> list[Article]:
+    out = []
+    for record in records:
+        title, _, text = record["contents"].partition("\n")
+        out.append(Article(str(record["id"]), title.strip().strip('"'), text.strip()))
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    parts = re.split(r"(?<=[a-z0-9)\]])\. (?=[A-Z])", text.replace("\n", " "))
+    return [p.strip().rstrip(".") for p in parts if p.strip()]
+
+
+def content_words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[\w'’-]+", text.lower()) if w not in _STOP]
+
+
+def _clip(words: list[str], n: int) -> str:
+    return " ".join(words[:n])
+
+
+def _phrase(text: str) -> str:
+    """A clause cut at the first comma/semicolon/parenthesis, at most 14 words."""
+    text = re.split(r"[,;:(]| – | - ", text)[0].strip()
+    return _clip(text.split(), 14)
+
+
+# --------------------------------------------------------------------- title families
+
+_DEF_RE = re.compile(r"^(?:The |A |An )?(.{2,80}?),? (?:\([^)]*\) )?(is|was|are|were) "
+                     r"((?:a|an|the|one of the) .{8,})$")
+
+
+def definition_question(article: Article, rng: random.Random) -> str | None:
+    """'what is the head covering worn for various reasons' → Hat."""
+    first = sentences(article.text)[:1]
+    if not first:
+        return None
+    match = _DEF_RE.match(first[0])
+    if not match:
+        return None
+    subject, verb, rest = match.groups()
+    if content_words(article.name)[:1] and not set(content_words(article.name)) & set(
+            content_words(subject)):
+        return None  # the sentence is not about the article's subject
+    rest = _phrase(rest)
+    if len(rest.split()) < 4 or _leaks(rest, article.name):
+        return None
+    pattern = rng.choice(["what {v} {r}", "what {v} {r}", "which {v} {r}", "{r}",
+                          "name {r}", "what is called {r}"])
+    return pattern.format(v=verb if verb in ("is", "was", "are", "were") else "is", r=rest)
+
+
+_PRONOUN_RE = re.compile(r"^(It|He|She|They|This) ((?:is|was|are|were|has|had|became|"
+                         r"\w+ed) .{10,})$")
+
+
+def description_question(article: Article, rng: random.Random) -> str | None:
+    """A later sentence whose subject is the article: 'It originated …' → 'what originated …'."""
+    for sentence in sentences(article.text)[1:4]:
+        match = _PRONOUN_RE.match(sentence)
+        if not match:
+            continue
+        pronoun, rest = match.groups()
+        rest = _phrase(rest)
+        if len(rest.split()) < 5 or _leaks(rest, article.name):
+            continue
+        wh = "who" if pronoun in ("He", "She") else "what"
+        return f"{wh} {rest}"
+    return None
+
+
+def _leaks(text: str, name: str) -> bool:
+    words = set(content_words(name))
+    return bool(words) and words <= set(content_words(text))
+
+
+# --------------------------------------------------------------------- span families
+
+_BY = re.compile(r"\b(directed|written|painted|founded|composed|designed|discovered|invented|"
+                 r"developed|created|sculpted|authored|established|built) by " + _NAME)
+_BY_Q = {"directed": "who directed {s}", "written": "who wrote {s}",
+         "painted": "who painted {s}", "founded": "who founded {s}",
+         "composed": "who composed {s}", "designed": "who designed {s}",
+         "discovered": "who discovered {s}", "invented": "who invented {s}",
+         "developed": "who developed {s}", "created": "who created {s}",
+         "sculpted": "who sculpted {s}", "authored": "who wrote {s}",
+         "established": "who established {s}", "built": "who built {s}"}
+_IN_YEAR = re.compile(r"\b(founded|established|built|completed|published|released|written|"
+                      r"formed|discovered|invented|signed|opened|constructed|premiered|"
+                      r"first performed|founded) (?:in|on) (?:[\w ]{0,20}?)(\d{3,4})\b")
+_IN_YEAR_Q = ["when was {s} {v}", "what year was {s} {v}", "when was {s} {v}"]
+_LOCATED = re.compile(r"\b(located|situated|headquartered|based) in (?:the )?" + _NAME)
+_CAPITAL = re.compile(r"\b[Cc]apital(?: and (?:the )?largest city)? is " + _NAME)
+_CAPITAL_OF = re.compile(r"\bis the capital(?: and (?:the )?largest city)? of (?:the )?" + _NAME)
+_NATIONALITY = re.compile(r"^(?:[^.]{0,60}) was an? (" + "|".join(_NATIONALITIES) +
+                          r") ([a-z]+)")
+_NOT_PEOPLE = set("dish food journal newspaper magazine company city town country river film "
+                  "novel book play game sport language state breed".split())
+
+
+def _name_span(span: str) -> str:
+    """A captured name, trailing lowercase joiners and a sentence-final dot removed."""
+    words = []
+    for word in span.split():
+        words.append(word)
+        # A dot ends the name unless it marks an initial or an abbreviation (D. W., St.).
+        if word.endswith(".") and not re.fullmatch(r"[A-Z][a-z]?\.|St\.|Jr\.", word):
+            words[-1] = word.rstrip(".")
+            break
+    while words and words[-1] in ("de", "von", "van", "da", "of", "the"):
+        words.pop()
+    return " ".join(words)
+
+
+def span_facts(article: Article) -> list[tuple[str, str, str]]:
+    """(relation, question, answer) for each relation the article's text states."""
+    s = article.name
+    text = article.text
+    facts = []
+    if (m := _BY.search(text)) and (answer := _name_span(m.group(2))):
+        facts.append((m.group(1), _BY_Q[m.group(1)].format(s=s), answer))
+    if m := _IN_YEAR.search(text):
+        verb = m.group(1)
+        facts.append((verb + "_year", _IN_YEAR_Q[stable_int(s) % 3].format(s=s, v=verb),
+                      m.group(2)))
+    if (m := _LOCATED.search(text)) and (answer := _name_span(m.group(2))):
+        facts.append(("located", f"where is {s} {m.group(1)}" if m.group(1) != "based"
+                      else f"where is {s} based", answer))
+    if (m := _CAPITAL.search(text)) and (answer := _name_span(m.group(1))):
+        facts.append(("capital", f"what is the capital of {s}", answer))
+    if (m := _CAPITAL_OF.search(text)) and (answer := _name_span(m.group(1))):
+        facts.append(("capital_of", f"{s} is the capital of what country", answer))
+    first = sentences(text)[:1]
+    if (first and (m := _NATIONALITY.match(first[0])) and first[0].startswith(article.name)
+            and " was " in first[0] and m.group(2) not in _NOT_PEOPLE):
+        facts.append(("nationality", f"what nationality was {s}", m.group(1)))
+    return [f for f in facts if f[2] and f[2].lower() not in f[1].lower()]
+
+
+# ------------------------------------------------------------------- two-hop family
+
+def description_of(article: Article) -> str | None:
+    """'the dystopian novel by English author Aldous Huxley': how a question names it."""
+    first = sentences(article.text)[:1]
+    if not first or not (match := _DEF_RE.match(first[0])):
+        return None
+    rest = re.sub(r"^(a|an|one of the) ", "the ", match.group(3))
+    rest = _phrase(rest)
+    words = rest.split()
+    if len(words) < 3 or not words[0] == "the":
+        return None
+    return _clip(words, 9)
+
+
+# ------------------------------------------------------------------------ phrasing
+
+def phrase(question: str, rng: random.Random) -> str:
+    """As people type it: sentence case or all lowercase, with or without a question mark."""
+    text = question.strip()
+    style = rng.random()
+    if style < 0.45:
+        text = text[0].upper() + text[1:]
+    elif style < 0.55:
+        text = text.lower()
+    if rng.random() < 0.6:
+        text += "?"
+    return text
+
+
+def reformulations_for(question: str, subject: str | None = None) -> tuple[str, ...]:
+    """Second searches derivable from the question: its subject, then its content words."""
+    out = []
+    if subject:
+        out.append(subject)
+    words = content_words(question)
+    if len(words) > 3:
+        out.append(" ".join(words))
+        out.append(" ".join(words[:5]))
+        out.append(" ".join(words[-5:]))
+    return tuple(dict.fromkeys(q for q in out if q and q.lower() != question.lower()))

@@ -1,0 +1,138 @@
+"""From questions to training samples: rollouts through the project's agent loop, the EM
+reward on the model's own text, and token ids with the state mask.
+
+The agent loop (`run_agent_batch`) is the only place that knows the Search-R1 format; this
+module turns each `Finished` into ids by tokenising its segments one by one (as Search-R1
+builds rollouts) and marks the generated ones, so observations never enter the loss.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.loop import AgentSettings, run_agent_batch
+from evaluator.metrics import exact_match
+
+_ANSWER_SPAN_RE = re.compile(r"<answer>.*?</answer>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Question:
+    question: str
+    golden_answers: tuple[str, ...]
+
+
+@dataclass
+class Sample:
+    """One response to one question, tokenised for training."""
+
+    group: int  # index of its question in the step's batch: GRPO groups by it
+    reward: float
+    prompt_ids: list[int]
+    response_ids: list[int]
+    mask: list[int]  # 1 on tokens the model generated
+    answer_span: list[int]  # 1 on the tokens of the final <answer>...</answer>
+    searches: int
+    prediction: str | None
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """FlashRAG-style JSON lines with `question` and `golden_answers` (a list or a string)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No question file at {path}: pass a JSON-lines file whose "
+                                "records have `question` and `golden_answers`.")
+    out = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                answers = record["golden_answers"]
+                answers = [answers] if isinstance(answers, str) else list(answers)
+                out.append(Question(str(record["question"]), tuple(map(str, answers))))
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}, line {number}: not a record with `question` and "
+                                 f"`golden_answers` ({type(err).__name__}: {err}).") from err
+    if not out:
+        raise ValueError(f"{path} holds no questions.")
+    return out
+
+
+class TimedRetriever:
+    """Wraps a retriever and adds up the seconds its searches take."""
+
+    def __init__(self, retriever):
+        self.retriever = retriever
+        self.seconds = 0.0
+
+    def search(self, queries: list[str], topk: int = 3):
+        start = time.perf_counter()
+        try:
+            return self.retriever.search(queries, topk)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _answer_span_mask(tokenizer, text: str, ids: list[int]) -> list[int]:
+    """1 on the tokens overlapping the turn's last <answer>...</answer>."""
+    spans = list(_ANSWER_SPAN_RE.finditer(text))
+    if not spans or not getattr(tokenizer, "is_fast", False):
+        return [0] * len(ids)
+    start, end = spans[-1].span()
+    offsets = tokenizer(text, add_special_tokens=False,
+                        return_offsets_mapping=True)["offset_mapping"]
+    if len(offsets) != len(ids):
+        return [0] * len(ids)
+    return [int(a < end and b > start) for a, b in offsets]
+
+
+def encode(backend, finished, group: int, reward: float) -> Sample:
+    """Token ids of prompt and response, segment by segment, with the masks."""
+    segments = finished.segments
+    prompt_ids = backend.context_ids([segments[0].text])
+    response_ids: list[int] = []
+    mask: list[int] = []
+    span: list[int] = []
+    last_generated = max((i for i, s in enumerate(segments) if s.generated), default=-1)
+    for i, segment in enumerate(segments[1:], start=1):
+        ids = backend.context_ids([segment.text])
+        response_ids += ids
+        mask += [int(segment.generated)] * len(ids)
+        span += (_answer_span_mask(backend.tokenizer, segment.text, ids)
+                 if i == last_generated else [0] * len(ids))
+    return Sample(group, reward, prompt_ids, response_ids, mask, span, finished.searches,
+                  finished.answer)
+
+
+def rollout(backend, retriever: TimedRetriever, questions: Sequence[Question], n: int,
+            settings: AgentSettings) -> list[Sample]:
+    """n responses per question, all in one batched agent run; samples in group order."""
+    backend_forget_cache(backend)
+    asked = [q.question for q in questions for _ in range(n)]
+    finished: list = [None] * len(asked)
+    for index, result in run_agent_batch(asked, backend, retriever, settings):
+        finished[index] = result
+    samples = []
+    for index, result in enumerate(finished):
+        if result.stop_reason == "error":
+            raise RuntimeError(f"A rollout failed: {result.error}")
+        question = questions[index // n]
+        # The agent computes the prediction once, from the model's own turns (Finished.answer).
+        reward = float(exact_match(result.answer, question.golden_answers))
+        samples.append(encode(backend, result, index // n, reward))
+    return samples
+
+
+def backend_forget_cache(backend) -> None:
+    """Drop the backend's KV cache from the last batch: the weights changed since."""
+    if hasattr(backend, "_batch"):
+        backend._batch = None
+    if hasattr(backend, "_cache"):
+        backend._cache = None

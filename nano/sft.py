@@ -1,0 +1,301 @@
+"""Supervised training of the nano agent from scratch on teacher trajectories.
+
+The objective is Search-R1's state masking: loss on the model's own tokens (its turns and
+the end-of-turn token after its answer), none on the prompt, the inserted observations or
+invalid-action notes. A model trained only that way learns the format fast but is slow to
+learn to copy a title or a name out of the documents, so for the first part of training an
+auxiliary language-model loss on the inserted documents (weight `doc_weight`, fading to 0)
+teaches copying: a document's text repeats its title, as the answer repeats the document.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PROMPT, OWN, INSERTED, CONTENT = 0, 1, 2, 3  # what each token is, for the loss weights
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: Path  # train.jsonl of trajectories (python -m nano data)
+    tokenizer: Path
+    out: Path
+    hidden: int = 256
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate: int = 768
+    max_len: int = 2048  # longer trajectories are cut (the loss needs no more)
+    batch_tokens: int = 4096  # padded tokens per step
+    steps: int = 1800
+    minutes: float = 0.0  # when > 0, also a time budget: the schedule follows whichever ends first
+    lr: float = 2e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    doc_weight: float = 0.5  # auxiliary LM loss on inserted text ...
+    doc_fade_start: float = 0.4  # ... at full weight until this fraction of the steps ...
+    doc_fade_end: float = 0.7  # ... and 0 from here on (the state-masked objective alone)
+    limit: int | None = None  # at most this many trajectories
+    # Also train on each trajectory's first turn alone (prompt + first search): the same
+    # tokens as its start, ten times cheaper, so copying the question into the query is seen
+    # far more often per second of training.
+    first_turns: bool = False
+    # Weight of the model's tokens inside <search>/<answer> (the query and the answer) against
+    # its other tokens (the fixed wording around them, learnt in a few hundred steps).
+    content_weight: float = 1.0
+    seed: int = 0
+    threads: int = 2
+    save_every: int = 100
+    log_every: int = 25
+
+
+def encode_record(record: dict, tokenizer, turns: int | None = None
+                  ) -> tuple[list[int], list[int]]:
+    """Token ids and their kinds, segment by segment as the backend tokenizes a context.
+
+    With `turns`, only the prompt and that many segments after it (a prefix of the run).
+    """
+    ids, kinds = [], []
+    segments = record["segments"] if turns is None else record["segments"][:turns + 1]
+    for n, (text, generated) in enumerate(segments):
+        piece = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        if generated:
+            kinds += _own_kinds(piece, tokenizer)
+        else:
+            kinds += [PROMPT if n == 0 else INSERTED] * len(piece)
+    if turns is not None and turns + 1 < len(record["segments"]):
+        return ids, kinds
+    ids.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))  # the answer ends the turn
+    kinds.append(OWN)
+    return ids, kinds
+
+
+def _own_kinds(piece: list[int], tokenizer) -> list[int]:
+    """OWN for a turn's tokens, CONTENT for those inside its <search> or <answer> tags."""
+    opening = {tokenizer.convert_tokens_to_ids(t) for t in ("<search>", "<answer>")}
+    closing = {tokenizer.convert_tokens_to_ids(t) for t in ("</search>", "</answer>")}
+    kinds, inside = [], False
+    for token in piece:
+        if token in closing:
+            inside = False
+        kinds.append(CONTENT if inside else OWN)
+        if token in opening:
+            inside = True
+    return kinds
+
+
+def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
+    examples = []
+    with open(config.data, encoding="utf-8") as lines:
+        for line in lines:
+            if config.limit and len(examples) >= config.limit:
+                break
+            record = json.loads(line)
+            ids, kinds = encode_record(record, tokenizer)
+            examples.append((ids[:config.max_len], kinds[:config.max_len]))
+            if config.first_turns:
+                examples.append(encode_record(record, tokenizer, turns=1))
+    if not examples:
+        raise ValueError(f"{config.data} holds no trajectories: run `python -m nano data` first.")
+    return examples
+
+
+def make_batches(lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
+    """Batches of similar length (little padding), each at most batch_tokens padded tokens."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], rng.random()))
+    batches, current, width = [], [], 0
+    for i in order:
+        new_width = max(width, lengths[i])
+        if current and new_width * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, new_width = [], lengths[i]
+        current.append(i)
+        width = new_width
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def progress(config: TrainConfig, step: int, seconds: float) -> float:
+    """How far through the run (0..1): by steps, or by the time budget if that is nearer."""
+    frac = step / config.steps if config.steps > 0 else 1.0
+    if config.minutes > 0:
+        frac = max(frac, seconds / (60 * config.minutes))
+    return min(1.0, frac)
+
+
+def doc_weight_at(config: TrainConfig, frac: float) -> float:
+    if frac <= config.doc_fade_start:
+        return config.doc_weight
+    if frac >= config.doc_fade_end:
+        return 0.0
+    span = config.doc_fade_end - config.doc_fade_start
+    return config.doc_weight * (config.doc_fade_end - frac) / span
+
+
+def lr_at(config: TrainConfig, step: int, frac: float) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def model_config(config: TrainConfig, tokenizer):
+    from transformers import Qwen2Config
+
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    return Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=config.hidden, num_hidden_layers=config.layers,
+        num_attention_heads=config.heads, num_key_value_heads=config.kv_heads,
+        intermediate_size=config.intermediate, max_position_embeddings=4096,
+        tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=eos[1],
+        eos_token_id=eos[0], pad_token_id=tokenizer.pad_token_id)
+
+
+def batch_loss(model, examples, indices, doc_weight: float, content_weight: float = 1.0):
+    """(loss to minimise, own-token loss, inserted-text loss, tokens) for one batch."""
+    import torch
+    import torch.nn.functional as F
+
+    width = max(len(examples[i][0]) for i in indices)
+    ids = torch.zeros(len(indices), width, dtype=torch.long)
+    kinds = torch.full((len(indices), width), PROMPT, dtype=torch.long)
+    for row, i in enumerate(indices):
+        seq, kind = examples[i]
+        ids[row, :len(seq)] = torch.tensor(seq)
+        kinds[row, :len(kind)] = torch.tensor(kind)
+    # Right padding with the causal mask: pads only ever see real tokens before them and
+    # carry no loss, so no attention mask is needed (and the fast causal kernel is used).
+    logits = model(input_ids=ids).logits[:, :-1]
+    target, kind = ids[:, 1:], kinds[:, 1:]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
+                         reduction="none").view_as(target)
+    inserted = kind == INSERTED
+    mine = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
+    own_loss = (ce * mine).sum() / mine.sum().clamp(min=1)
+    doc_loss = (ce * inserted).sum() / inserted.sum().clamp(min=1)
+    loss = own_loss + doc_weight * doc_loss if doc_weight > 0 else own_loss
+    return loss, own_loss.item(), doc_loss.item(), ids.numel()
+
+
+def save_model(model, tokenizer, directory: Path) -> None:
+    from transformers import GenerationConfig
+
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(directory), safe_serialization=True)
+    tokenizer.save_pretrained(str(directory))
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    GenerationConfig(eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, do_sample=False,
+                     bos_token_id=eos[1]).save_pretrained(str(directory))
+
+
+def _save_checkpoint(model, optimizer, step: int, history: list, config: TrainConfig,
+                     elapsed: float) -> None:
+    import torch
+
+    ckpt = config.out / "checkpoint"
+    tmp = config.out / "checkpoint.tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    torch.save({"optimizer": optimizer.state_dict(), "step": step, "history": history,
+                "elapsed": elapsed, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
+    (tmp / "train_config.json").write_text(json.dumps(asdict(config), default=str, indent=1))
+    if ckpt.exists():
+        old = config.out / "checkpoint.old"
+        ckpt.rename(old)
+        tmp.rename(ckpt)
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    else:
+        tmp.rename(ckpt)
+
+
+def train(config: TrainConfig, log=print) -> dict:
+    """Train (or resume) and save the model to config.out; returns the run's summary."""
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer))
+    examples = load_examples(config, tokenizer)
+    lengths = [len(e[0]) for e in examples]
+    ckpt = config.out / "checkpoint"
+    step, history, elapsed_before = 0, [], 0.0
+    if (ckpt / "state.pt").is_file():
+        model = Qwen2ForCausalLM.from_pretrained(str(ckpt))
+        state = torch.load(ckpt / "state.pt", weights_only=False)
+        step, history, elapsed_before = state["step"], state["history"], state["elapsed"]
+        torch.set_rng_state(state["torch_rng"])
+        log(f"resuming from {ckpt} at step {step}")
+    else:
+        model = Qwen2ForCausalLM(model_config(config, tokenizer))
+        state = None
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.98),
+                                  weight_decay=config.weight_decay)
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+    params = sum(p.numel() for p in model.parameters())
+    log(f"{len(examples)} trajectories, {sum(lengths)} tokens, {params / 1e6:.2f}M parameters, "
+        f"{config.steps} steps of ≤{config.batch_tokens} tokens")
+    # The batch order is a function of the seed and the epoch: a resumed run sees the same.
+    epoch_batches: dict[int, list[list[int]]] = {}
+
+    def batch_for(n: int) -> list[int]:
+        epoch, seen = 0, 0
+        while True:
+            if epoch not in epoch_batches:
+                epoch_batches[epoch] = make_batches(lengths, config.batch_tokens,
+                                                    random.Random(config.seed * 1000 + epoch))
+            if n < seen + len(epoch_batches[epoch]):
+                return epoch_batches[epoch][n - seen]
+            seen += len(epoch_batches[epoch])
+            epoch += 1
+
+    start = time.perf_counter()
+    tokens = 0
+    bar = tqdm(total=config.steps, initial=step, desc="sft", mininterval=5)
+    frac = progress(config, step, elapsed_before)
+    while frac < 1.0:
+        for group in optimizer.param_groups:
+            group["lr"] = lr = lr_at(config, step, frac)
+        weight = doc_weight_at(config, frac)
+        loss, own, doc, n = batch_loss(model, examples, batch_for(step), weight,
+                                      config.content_weight)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        tokens += n
+        history.append((step, round(own, 4), round(doc, 4)))
+        bar.update(1)
+        bar.set_postfix(own=f"{own:.3f}", doc=f"{doc:.3f}")
+        elapsed = time.perf_counter() - start
+        frac = progress(config, step, elapsed_before + elapsed)
+        if step % config.log_every == 0 or frac >= 1.0:
+            log(f"step {step} own {own:.4f} doc {doc:.4f} doc_w {weight:.2f} "
+                f"lr {lr:.2e} {tokens / elapsed:.0f} tok/s "
+                f"{(elapsed_before + elapsed) / 60:.1f} min ({100 * frac:.0f}%)")
+        if step % config.save_every == 0 or frac >= 1.0:
+            _save_checkpoint(model, optimizer, step, history, config, elapsed_before + elapsed)
+    bar.close()
+    total = elapsed_before + time.perf_counter() - start
+    model.eval()
+    save_model(model, tokenizer, config.out)
+    summary = {"steps": step, "seconds": round(total, 1), "parameters": params,
+               "trajectories": len(examples), "first_own_loss": history[0][1] if history else None,
+               "last_own_loss": history[-1][1] if history else None,
+               "config": {k: str(v) for k, v in asdict(config).items()}}
+    (config.out / "train_summary.json").write_text(json.dumps(summary, indent=1))
+    log(f"done: {step} steps in {total / 60:.1f} min, saved to {config.out}")
+    return summary

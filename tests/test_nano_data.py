@@ -1,0 +1,155 @@
+"""The nano agent's data: deterministic question families, split by article, and teacher
+trajectories that go through the real agent loop and the real retriever."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agent import protocol
+from agent.loop import AgentSettings
+from nano.data import benchmark_questions, build_questions, read_human, to_record
+from nano.questions import Question, articles_from_records, held_out
+from nano.teacher import TeacherBackend, documents_in, trajectories
+from retriever.client import LocalRetriever
+from retriever.corpus import load_records
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = ROOT / "assets" / "vitalqa" / "test.jsonl"
+HUMAN = ROOT / "nano" / "vitalqa_human.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records(default_corpus):
+    return load_records(default_corpus)
+
+
+@pytest.fixture(scope="module")
+def questions(records):
+    return build_questions(records)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(records):
+    from nano.tokenizer import build_tokenizer
+
+    return build_tokenizer(records)
+
+
+@pytest.fixture(scope="module")
+def retriever():
+    return LocalRetriever(engine="bm25")
+
+
+def test_questions_are_deterministic(records, questions):
+    again = build_questions(records)
+    assert [q.question for q in again[0]] == [q.question for q in questions[0]]
+    assert [q.answers for q in again[1]] == [q.answers for q in questions[1]]
+
+
+def test_split_by_article(questions):
+    train, held = questions
+    assert train and held
+    assert not any(held_out(t) for q in train for t in q.articles)
+    assert all(held_out(t) for q in held for t in q.articles)
+    for family in ("definition", "description", "span", "twohop"):
+        assert any(q.family == family for q in train), family
+        assert any(q.family == family for q in held), family
+
+
+def test_questions_never_contain_their_answer(questions):
+    train, held = questions
+    leaks = [q for q in train + held if q.family in ("span", "twohop")
+             and q.answers[0].lower() in q.question.lower()]
+    assert leaks == []
+
+
+def test_phrasings_vary_as_people_type(questions):
+    texts = [q.question for q in questions[0]]
+    assert any(t.endswith("?") for t in texts) and any(not t.endswith("?") for t in texts)
+    assert any(t == t.lower() for t in texts) and any(t[0].isupper() for t in texts)
+
+
+def test_shipped_benchmark_is_what_the_code_writes(questions):
+    """assets/vitalqa/test.jsonl: FlashRAG records, regenerated identically from the corpus."""
+    shipped = [json.loads(x) for x in SHIPPED.read_text(encoding="utf-8").splitlines()]
+    expected = [to_record(q) for q in benchmark_questions(questions[1])] + read_human(HUMAN)
+    assert shipped == expected
+    for record in shipped:
+        assert set(record) == {"id", "question", "golden_answers", "metadata"}
+        assert isinstance(record["golden_answers"], list) and record["golden_answers"]
+    assert len({r["id"] for r in shipped}) == len(shipped)
+    families = Counter(r["metadata"]["family"] for r in shipped)
+    assert families["human"] >= 30 and len(families) == 5
+
+
+def test_human_questions_are_about_held_out_articles(records):
+    from nano.teacher import _norm
+
+    articles = {a.title: a for a in articles_from_records(records)}
+    for record in read_human(HUMAN):
+        title = record["metadata"]["articles"][0]
+        assert held_out(title), title
+        article = articles[title]
+        text = _norm(article.title + " " + article.text)
+        assert any(_norm(a) in text for a in record["golden_answers"]), record
+
+
+def test_evaluator_loads_vitalqa_from_a_data_dir():
+    from evaluator.benchmarks import load_local
+
+    loaded, split, path = load_local(ROOT / "assets", "vitalqa")
+    assert split == "test" and path == SHIPPED and len(loaded) == len(SHIPPED.read_text()
+                                                                       .splitlines())
+
+
+def _docs_as_observation(backend: TeacherBackend, retriever, query: str) -> str:
+    docs = retriever.search([query], 3)[0]
+    return backend.truncate(
+        protocol.observation(protocol.render_documents([doc.contents for doc in docs])), 500)
+
+
+def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
+    train = questions[0]
+    picked = [next(q for q in train if q.family == f) for f in
+              ("definition", "description", "span", "twohop")]
+    runs = list(trajectories(picked, tokenizer, retriever))
+    assert len(runs) >= 3
+    teacher = TeacherBackend(tokenizer, picked, retriever, AgentSettings())
+    for run in runs:
+        segments = run["segments"]
+        assert segments[0] == [protocol.build_prompt(run["question"], tokenizer), False]
+        generated = [text for text, mine in segments if mine]
+        inserted = [text for text, mine in segments[1:] if not mine]
+        actions = [protocol.parse_action(t) for t in generated]
+        assert [a.kind for a in actions] == ["search"] * (len(actions) - 1) + ["answer"]
+        assert actions[0].content == run["question"].rstrip("?").strip()
+        # Each observation is the retriever's real answer, cut as the backend cuts it.
+        for action, observation in zip(actions, inserted, strict=False):
+            assert observation == _docs_as_observation(teacher, retriever, action.content)
+        assert actions[-1].content in run["answers"]
+        # The model reads its answer in the last observation.
+        assert any(actions[-1].content.lower() in (title + text).lower()
+                   for _, title, text in documents_in(inserted[-1]))
+
+
+def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
+    """A first search that finds nothing useful leads to a reformulated second search."""
+    question = Question("span-test-0", "what nationality was zqxv wmbr", ("American",), "span",
+                        ("Stanley Kubrick",), "nationality",
+                        reformulations=("zqxv", "Stanley Kubrick"))
+    [run] = list(trajectories([question], tokenizer, retriever))
+    actions = [protocol.parse_action(t) for t, mine in run["segments"] if mine]
+    assert [(a.kind, a.content) for a in actions] == [
+        ("search", "what nationality was zqxv wmbr"), ("search", "Stanley Kubrick"),
+        ("answer", "American")]
+    assert "do not answer" in [t for t, mine in run["segments"] if mine][1]
+
+
+def test_unsolvable_questions_are_dropped(tokenizer, retriever):
+    question = Question("span-test-1", "what nationality was zqxv wmbr", ("Martian",), "span",
+                        ("Stanley Kubrick",), "nationality", reformulations=("Stanley Kubrick",))
+    assert list(trajectories([question], tokenizer, retriever)) == []

@@ -1,0 +1,88 @@
+"""The shipped nano agent (assets/nano-agent): loads as any local checkpoint does, follows
+the protocol, and on a fixed held-out sample of vitalqa reaches the EM measured for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent import protocol
+from agent.loop import AgentSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "assets" / "nano-agent"
+
+# Measured with `python benchmarks/nano.py --limit 60` (greedy, top-3 BM25, one question at a
+# time; see the model card): EM 1/60 with retrieval, 0/60 without, 100 % well-formed, one
+# search per question. Greedy decoding is deterministic; the tolerance covers float
+# differences between machines (two questions either way).
+SAMPLE = 60
+MEASURED_EM = 1 / 60
+MEASURED_WELL_FORMED = 1.0
+MEASURED_EM_WITHOUT = 0.0
+TOLERANCE = 2 / 60
+WITHOUT_SAMPLE = 15  # an empty retriever makes runs long (every round searches again)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    import torch
+
+    from agent.backends.hf import TransformersBackend
+
+    torch.set_num_threads(2)
+    return TransformersBackend(str(MODEL), device="cpu")
+
+
+def test_files_and_size():
+    names = {p.name for p in MODEL.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "generation_config.json", "README.md"} <= names
+    assert sum(p.stat().st_size for p in MODEL.iterdir()) <= 30 * 2**20
+
+
+def test_loads_like_a_qwen_checkpoint(backend):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(MODEL))
+    assert backend.model.config.model_type == "qwen2"
+    eos = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    generation = json.loads((MODEL / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == eos
+    assert sorted(backend.eos_ids) == sorted(eos)
+    prompt = protocol.build_prompt("who wrote hamlet", tokenizer)
+    assert prompt == ("<|im_start|>user\n" + protocol.user_message("who wrote hamlet")
+                      + "<|im_end|>\n<|im_start|>assistant\n")
+    for tag in ("<search>", "</search>", "<answer>", "</answer>", "<information>"):
+        assert len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1
+
+
+def test_teacher_truncates_as_the_backend_does(backend, default_corpus):
+    """Training observations were cut exactly as inference cuts them."""
+    from nano.teacher import TeacherBackend
+    from retriever.corpus import load_records
+
+    records = load_records(default_corpus)[:6]
+    text = protocol.observation(protocol.render_documents([r["contents"] for r in records]))
+    teacher = TeacherBackend(backend.tokenizer, [], None, AgentSettings())
+    for limit in (500, 137, 40):
+        assert teacher.truncate(text, limit) == backend.truncate(text, limit)
+    assert teacher.count_tokens(text) == backend.count_tokens(text)
+
+
+def test_held_out_em(backend):
+    """Greedy on a fixed held-out sample: the EM measured for the shipped model."""
+    from nano.evaluate import EmptyRetriever, load_questions, run_one_by_one, score
+    from retriever.client import LocalRetriever
+
+    records = load_questions(limit=SAMPLE)
+    with_docs = score(records, run_one_by_one(records, backend, LocalRetriever("bm25"),
+                                              AgentSettings()))
+    assert with_docs["em"] == pytest.approx(MEASURED_EM, abs=TOLERANCE)
+    assert with_docs["well_formed"] >= MEASURED_WELL_FORMED - TOLERANCE
+    assert with_docs["searches"] == pytest.approx(1.0, abs=0.1)
+    few = records[:WITHOUT_SAMPLE]
+    without = score(few, run_one_by_one(few, backend, EmptyRetriever(), AgentSettings()))
+    assert without["em"] == MEASURED_EM_WITHOUT

@@ -1,0 +1,198 @@
+"""The RL trainer on tiny Qwen2 models the tests build: rollouts through the real agent loop
+and the real in-process retriever, token masks, log-probs, logs the curves reader takes in,
+and a 3-step run through the CLI (then resumed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from agent.events import Segment
+from agent.loop import AgentSettings
+from nano.rl import batched_log_probs, response_log_probs
+from nano.rollout import TimedRetriever, encode, load_questions, rollout
+from tests.conftest import ROOT
+
+QUESTIONS = [
+    {"question": "who directed 2001 a space odyssey", "golden_answers": ["American"]},
+    {"question": "what is the capital of france", "golden_answers": ["Paris"]},
+    {"question": "who wrote hamlet", "golden_answers": ["Shakespeare", "American"]},
+]
+
+
+@pytest.fixture(scope="module")
+def questions_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("rl-data") / "train.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return path
+
+
+@pytest.fixture(scope="module")
+def scripted_backend(tiny_models):
+    from agent.backends.hf import TransformersBackend
+
+    return TransformersBackend(str(tiny_models["scripted"]), device="cpu")
+
+
+# Observations uncut, so the scripted model sees the blank line that makes it answer.
+SETTINGS = AgentSettings(max_turns=3, max_new_tokens=16, max_obs_tokens=4000, greedy=False,
+                         top_p=0.95)
+
+
+def test_rollout_masks_only_what_the_model_generated(scripted_backend, local_retriever,
+                                                     questions_file):
+    retriever = TimedRetriever(local_retriever)
+    samples = rollout(scripted_backend, retriever, load_questions(questions_file)[:2], 2,
+                      SETTINGS)
+    assert [s.group for s in samples] == [0, 0, 1, 1]
+    assert retriever.seconds > 0
+    tokenizer = scripted_backend.tokenizer
+    for sample in samples:
+        assert len(sample.mask) == len(sample.response_ids) == len(sample.answer_span)
+        generated = [t for t, m in zip(sample.response_ids, sample.mask, strict=True) if m]
+        inserted = [t for t, m in zip(sample.response_ids, sample.mask, strict=True) if not m]
+        # The scripted model searches, reads an observation, then answers.
+        assert sample.searches == 1 and sample.prediction == "American"
+        assert "<information>" in tokenizer.decode(inserted)
+        assert "<information>" not in tokenizer.decode(generated)
+        assert tokenizer.decode(generated).endswith("<answer> American</answer>")
+        span = [t for t, a in zip(sample.response_ids, sample.answer_span, strict=True) if a]
+        assert tokenizer.decode(span) == "<answer> American</answer>"
+    assert [s.reward for s in samples] == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_encode_follows_the_segments(scripted_backend):
+    from agent.events import Finished
+
+    segments = (Segment("PROMPT\n", False), Segment("<search> war</search>", True),
+                Segment("\n\n<information>Doc 1(Title: x) <answer> y</answer></information>"
+                        "\n\n", False), Segment("<answer> z</answer>", True))
+    finished = Finished("answer", 2, 1, 9, 0.1, "".join(s.text for s in segments),
+                        segments[0].text, "z", segments=segments)
+    sample = encode(scripted_backend, finished, group=3, reward=1.0)
+    ids = [scripted_backend.context_ids([s.text]) for s in segments]
+    assert sample.prompt_ids == ids[0]
+    assert sample.response_ids == ids[1] + ids[2] + ids[3]
+    assert sample.mask == [1] * len(ids[1]) + [0] * len(ids[2]) + [1] * len(ids[3])
+    assert sample.answer_span == [0] * (len(ids[1]) + len(ids[2])) + [1] * len(ids[3])
+
+
+def test_batched_log_probs_equal_one_by_one_full_forward(tiny_models, local_retriever,
+                                                         questions_file):
+    from agent.backends.hf import TransformersBackend
+
+    backend = TransformersBackend(str(tiny_models["random"]), device="cpu")
+    short = AgentSettings(max_turns=1, max_new_tokens=8, greedy=False)
+    samples = rollout(backend, TimedRetriever(local_retriever),
+                      load_questions(questions_file), 2, short)
+    batched = batched_log_probs(backend.model, samples, micro_batch=6)
+    with torch.no_grad():
+        for sample, got in zip(samples, batched, strict=True):
+            ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+            logits = backend.model(input_ids=ids).logits[0, len(sample.prompt_ids) - 1:-1]
+            want = torch.log_softmax(logits, -1).gather(
+                -1, torch.tensor(sample.response_ids)[:, None]).squeeze(-1)
+            mask = torch.tensor(sample.mask, dtype=torch.bool)
+            assert torch.allclose(got[mask], want[mask], atol=1e-4)
+            assert torch.all(got[~mask] == 0)
+    log_prob, entropy, mask, _ = response_log_probs(backend.model, samples[:2], entropy=True)
+    assert torch.all(entropy[mask.bool()] > 0) and torch.all(entropy[~mask.bool()] == 0)
+
+
+def test_bad_question_file_says_what_is_wrong(tmp_path):
+    with pytest.raises(FileNotFoundError, match="question"):
+        load_questions(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "golden_answers": ["a"]}\n{"query": "x"}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        load_questions(bad)
+
+
+def _run_cli(args):
+    return subprocess.run([sys.executable, "-m", "nano.rl", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def micro_run(tiny_models, questions_file, tmp_path_factory, local_retriever):
+    out = tmp_path_factory.mktemp("rl-run") / "llds-a"
+    args = ["--method", "llds-a", "--lambda", "0.2", "--model", str(tiny_models["scripted"]),
+            "--train-data", str(questions_file), "--val-data", str(questions_file),
+            "--val-name", "toy", "--val-limit", "2", "--steps", "3", "--batch-questions", "2",
+            "--group-size", "2", "--max-new-tokens", "16", "--max-obs-tokens", "4000",
+            "--val-every", "2",
+            "--save-every", "1", "--out", str(out), "--lr", "1e-4"]
+    done = _run_cli(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, args
+
+
+def test_three_step_cli_run_writes_logs_checkpoint_and_model(micro_run):
+    out, _ = micro_run
+    lines = (out / "train.log").read_text().splitlines()
+    assert [line.split(" - ")[0] for line in lines] == ["step:0", "step:1", "step:2", "step:3"]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    step = records[1]
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/kl_loss",
+                "actor/entropy_loss", "actor/grad_norm", "actor/pos_avg_old_log_prob",
+                "actor/neg_avg_old_log_prob", "actor/pos_avg_ref_log_prob",
+                "actor/neg_avg_ref_log_prob", "actor/loss_noreduce",
+                "actor/loss_noreduce_coef", "actor/mean_reduce_chunk",
+                "actor/lowest_prob_avg_mean", "actor/lowest_prob_avg_min",
+                "actor/answer_weight", "critic/score/mean", "critic/rewards/mean",
+                "response_length/mean", "env/number_of_valid_search", "timing_s/rollout",
+                "timing_s/retrieval", "timing_s/log_prob", "timing_s/update"):
+        assert key in step, key
+    assert step["actor/loss_noreduce_coef"] == 0.2
+    assert step["env/number_of_valid_search"] == 1.0
+    assert "val/test_score/toy" in records[0] and "val/test_score/toy" in records[2]
+    assert "step:1 - actor/pg_loss:" in lines[1]
+    value = lines[1].split(" - ")[1].split(":")[-1]
+    assert len(value.split(".")[1]) == 3  # verl's console rounding
+    assert (out / "model" / "config.json").is_file()
+    assert (out / "checkpoint" / "trainer_state.pt").is_file()
+    assert "--method llds-a" in (out / "command.txt").read_text()
+
+
+def test_logs_parse_through_the_curves_reader_into_one_run(micro_run):
+    from curves.parse import read_log
+    from curves.runs import resolve_metrics
+
+    out, _ = micro_run
+    for name in ("train.log", "metrics.jsonl"):
+        parsed = read_log(out / name)
+        assert parsed.bad_lines == 0 and len(parsed.runs) == 1
+        run = parsed.runs[0]
+        assert run.method == "LLDS"
+        assert list(run.table.index) == [0, 1, 2, 3]
+        for key in ("actor/pos_avg_old_log_prob", "critic/score/mean", "actor/grad_norm",
+                    "actor/entropy_loss", "actor/loss_noreduce", "val/test_score/toy"):
+            assert run.table[key].notna().any(), (name, key)
+        found = resolve_metrics(run.table.columns)
+        for series in ("lik_pos", "lik_neg", "lik_pos_ref", "lik_neg_ref", "reward",
+                       "grad_norm", "entropy", "kl", "ppo_kl", "llds_penalty", "valid_search",
+                       "response_length", "val:toy"):
+            assert series in found, (name, series)
+
+
+def test_an_existing_run_is_refused_without_resume_and_continued_with_it(micro_run):
+    out, args = micro_run
+    refused = _run_cli(args)
+    assert refused.returncode != 0 and "--resume" in refused.stderr
+    steps = args[args.index("--steps") + 1]
+    more = [*args, "--resume"]
+    more[more.index("--steps") + 1] = str(int(steps) + 1)
+    done = _run_cli(more)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+
+
+def test_cli_refuses_missing_inputs_with_the_way_out():
+    done = _run_cli(["--method", "grpo"])
+    assert done.returncode == 2 and "--model is required" in done.stderr
