@@ -149,6 +149,8 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
                 name="nano-llds-a")
     (root / "llds-a" / "train.log").write_text("step:1 - x:1\n")  # metrics.jsonl preferred
     (root / "grpo" / "command.txt").write_text("python -m nano rl --method grpo --seed 0\n")
+    (root / "README.md").write_text("# Two runs (a null result)\n\nShort runs, no reward "
+                                    "signal.\n\n## More\n\nDetails.\n")
     assert curves_tab.bundled_logs(root) == [root / "grpo" / "train.log",
                                              root / "llds-a" / "metrics.jsonl"]
     monkeypatch.setattr(curves_tab, "BUNDLED_RUNS", root)
@@ -164,6 +166,8 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
             0.6, True, api_name="/curves_bundled")
         assert "nano-scale training runs made by this project" in messages
         assert "python -m nano rl --method grpo --seed 0" in messages
+        assert "Two runs (a null result)" in messages and "no reward signal" in messages
+        assert "Details" not in messages
         methods = {row[0]: row[1] for row in labels["data"]}
         assert methods == {"nano-grpo": "GRPO", "nano-llds-a": "LLDS"}
         assert first_plot["visible"] is True

@@ -16,11 +16,22 @@ from app.ui.transcript import escape
 PLOT_SLOTS = 10
 BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
 BUNDLED_NOTE = (
-    "**The bundled runs** are nano-scale training runs made by this project, not the "
-    "paper's: the nano agent (a ~5M-parameter search agent trained on the embedded corpus) "
-    "trained further with plain GRPO and with GRPO + LLDS, same seed and settings, on a "
-    "2-core CPU. They show the recipe and the metrics at toy scale; the paper's runs are "
-    "verl with the LLDS fork on 3B-7B models.")
+    "**The bundled runs** are nano-scale training runs made by this project with "
+    "`python -m nano rl` on a CPU, starting from the nano agent: not the paper's runs (verl "
+    "with the LLDS fork on 3B-7B models) and not comparable with its numbers.")
+
+
+def bundled_readme(root: Path | None = None) -> str:
+    """The title and first paragraph of the runs' own README (what they are, honestly)."""
+    path = (BUNDLED_RUNS if root is None else root) / "README.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
+    blocks = [b.strip() for b in text.split("\n\n") if b.strip()]
+    title = blocks[0].lstrip("# ").strip() if blocks and blocks[0].startswith("#") else ""
+    first = next((b for b in blocks[1:] if not b.startswith(("#", "|"))), "")
+    return "\n\n".join(p for p in (f"_{title}_" if title else "", first) if p)
 
 
 def bundled_logs(root: Path | None = None) -> list[Path]:
@@ -123,10 +134,17 @@ class CurvesTab:
         return {**self.run(paths, table, weight, notes, reset_labels=True),
                 self.showing_bundled: False}
 
+    def bundled_preface(self) -> str:
+        root = self.bundled[0].parent.parent if self.bundled else None
+        commands = bundled_commands(self.bundled)
+        parts = [BUNDLED_NOTE, bundled_readme(root),
+                 "Commands:\n" + "\n".join(commands) if commands else ""]
+        return "\n\n".join(p for p in parts if p)
+
     def load_bundled(self, weight: float, notes: bool) -> dict:
         """Plot the bundled runs (GRPO and LLDS overlaid), saying what they are."""
         paths = [str(p) for p in self.bundled]
-        preface = "\n".join([BUNDLED_NOTE, *bundled_commands(self.bundled)])
+        preface = self.bundled_preface()
         update = self.run(paths, [], weight, notes, reset_labels=True, preface=preface)
         return {**update, self.files: None, self.showing_bundled: True}
 
@@ -134,7 +152,7 @@ class CurvesTab:
                         bundled: bool) -> dict:
         """Analyze: the uploads, or the bundled runs when they are what is shown."""
         if not paths and bundled:
-            preface = "\n".join([BUNDLED_NOTE, *bundled_commands(self.bundled)])
+            preface = self.bundled_preface()
             return self.run([str(p) for p in self.bundled], table, weight, notes,
                             preface=preface)
         return self.run(paths, table, weight, notes)

@@ -55,8 +55,8 @@ def pick_examples(backend, retriever, benchmark: Path, n: int = 6, limit: int | 
     from evaluator.benchmarks import question_from_record, read_records
     from evaluator.rundir import make_record
 
-    questions = [question_from_record(r, "vitalqa", i)
-                 for i, r in enumerate(read_records(benchmark))][:limit]
+    questions = [question_from_record(record, "vitalqa", i, where)
+                 for i, (where, record) in enumerate(read_records(benchmark))][:limit]
     right = []
     for question in questions:  # one at a time, as the Ask tab runs them
         *_, finished = run_agent(question.question, backend, retriever,
