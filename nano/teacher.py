@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from agent import protocol
-from agent.backends.base import Sampling, TurnOutput
+from agent.backends.base import Sampling, TokenizerText, TurnOutput
 from agent.loop import AgentSettings, run_agent_batch
 from nano.questions import Question
 
@@ -70,7 +70,7 @@ class _Plan:
     failed: bool = False
 
 
-class TeacherBackend:
+class TeacherBackend(TokenizerText):
     """A `Backend` whose turns are decided from the question and the documents it was shown."""
 
     name = "teacher"
@@ -82,19 +82,6 @@ class TeacherBackend:
         self.settings = settings
         self.plans = {self.build_prompt(q.question): _Plan(q) for q in questions}
 
-    # The text side of the Backend protocol, as TransformersBackend does it -----------------
-    def build_prompt(self, question: str) -> str:
-        return protocol.build_prompt(question, self.tokenizer)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._encode(text))
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        ids = self._encode(text)
-        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
     # Turns -------------------------------------------------------------------------------
     def _observation(self, query: str) -> str:

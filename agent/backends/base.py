@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
+
+from agent import protocol
 
 
 @dataclass(frozen=True)
@@ -60,3 +62,23 @@ class Backend(Protocol):
         """One turn for each context, together (batched or concurrent); `keep_last` per
         context as in `stream`."""
         ...
+
+
+class TokenizerText:
+    """The text side of a Backend over a Hugging Face tokenizer (`self.tokenizer`): one copy,
+    so a teacher that writes training data truncates exactly as inference does."""
+
+    tokenizer: Any
+
+    def build_prompt(self, question: str) -> str:
+        return protocol.build_prompt(question, self.tokenizer)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        ids = self._encode(text)
+        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from agent import protocol
-from agent.backends.base import ModelLoadError, Sampling, TurnOutput
+from agent.backends.base import ModelLoadError, Sampling, TokenizerText, TurnOutput
 
 
 class _BatchCache:
@@ -147,7 +147,7 @@ def _streamer(tokenizer, control: set[int]):
     return Streamer(tokenizer, skip_prompt=True, skip_special_tokens=False)
 
 
-class TransformersBackend:
+class TransformersBackend(TokenizerText):
     name = "transformers"
 
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto",
@@ -190,19 +190,6 @@ class TransformersBackend:
         self._batch: _BatchCache | None = None
         self._lock = threading.Lock()  # one generation at a time on this model
 
-    # Text and tokens --------------------------------------------------------------------
-    def build_prompt(self, question: str) -> str:
-        return protocol.build_prompt(question, self.tokenizer)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    def count_tokens(self, text: str) -> int:
-        return len(self._encode(text))
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        ids = self._encode(text)
-        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
 
     def context_ids(self, context: Sequence[str], keep_last: int | None = None) -> list[int]:
         """Segments tokenized one by one and concatenated, as Search-R1 builds rollouts;
