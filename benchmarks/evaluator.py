@@ -2,9 +2,13 @@
 
     python benchmarks/evaluator.py [--questions 64] [--batch-size 16] [--max-turns 4]
                                    [--max-new-tokens 64] [--models random,scripted]
+    python benchmarks/evaluator.py --model assets/nano-agent --questions 64 --max-new-tokens 500
+
 
 A fixture benchmark is written to a temporary DIR/nq/test.jsonl: one question per corpus
-title ("who or what is TITLE"), golden answer = the title. Then, per tiny model:
+title ("who or what is TITLE"), golden answer = the title; with --model (a real checkpoint,
+e.g. the nano agent), the fixture is instead a fixed sample of the held-out `vitalqa`
+questions with their golden answers, so both paths' EM means something. Then, per model:
   (a) one question at a time with the naive infer.py-style loop of benchmarks/agent.py
       (re-encode per turn, one HTTP search per turn against `python -m retriever serve`);
   (b) `python -m evaluator --datasets nq --data-dir DIR --model TINY --engine bm25s
@@ -49,13 +53,22 @@ from evaluator.rundir import Record  # noqa: E402
 GOAL = 5.0
 
 
-def write_fixture(data_dir: Path, count: int) -> Path:
-    """DIR/nq/test.jsonl: questions from corpus titles, golden answers = the titles."""
+def write_fixture(data_dir: Path, count: int, held_out: bool = False) -> Path:
+    """DIR/nq/test.jsonl: questions from corpus titles, golden answers = the titles; or,
+    held_out, a fixed sample of vitalqa (what the nano agent was trained to answer)."""
     path = data_dir / "nq" / "test.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
+    if held_out:
+        from nano.evaluate import load_questions
+
+        records = [{"id": f"nq_{i}", "question": r["question"],
+                    "golden_answers": r["golden_answers"]}
+                   for i, r in enumerate(load_questions(limit=count))]
+    else:
+        records = [{"id": f"nq_{i}", "question": question_for(title), "golden_answers": [title]}
+                   for i, title in enumerate(corpus_titles(count))]
     with path.open("w", encoding="utf-8") as out:
-        for i, title in enumerate(corpus_titles(count)):
-            record = {"id": f"nq_{i}", "question": question_for(title), "golden_answers": [title]}
+        for record in records:
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     return path
 
@@ -65,13 +78,13 @@ def per_minute(count: int, seconds: float) -> float:
 
 
 def run_naive(model_dir: Path, url: str, questions: list[str],
-              settings: AgentSettings) -> tuple[float, int]:
-    """(seconds, answered) for the naive loop, one question at a time, start-up excluded."""
+              settings: AgentSettings) -> tuple[float, list[str | None]]:
+    """(seconds, answers) for the naive loop, one question at a time, start-up excluded."""
     agent = NaiveAgent(model_dir, url, settings)
     agent.answer(questions[0])  # warm-up, untimed
     start = time.perf_counter()
-    answered = sum(agent.answer(q).answer is not None for q in questions)
-    return time.perf_counter() - start, answered
+    answers = [agent.answer(q).answer for q in questions]
+    return time.perf_counter() - start, answers
 
 
 def run_cli(model_dir: Path, data_dir: Path, out_dir: Path, args: argparse.Namespace,
@@ -126,11 +139,17 @@ def summary(records: list[Record]) -> str:
 def bench_model(name: str, model_dir: Path, url: str, data_dir: Path, work: Path,
                 args: argparse.Namespace) -> bool:
     settings = AgentSettings(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens)
-    questions = [json.loads(line)["question"]
-                 for line in (data_dir / "nq" / "test.jsonl").read_text().splitlines()]
+    from evaluator.metrics import exact_match
+
+    fixture = [json.loads(line)
+               for line in (data_dir / "nq" / "test.jsonl").read_text().splitlines()]
+    questions = [r["question"] for r in fixture]
     count = len(questions)
 
-    naive_s, naive_answered = run_naive(model_dir, url, questions, settings)
+    naive_s, naive_answers = run_naive(model_dir, url, questions, settings)
+    naive_answered = sum(a is not None for a in naive_answers)
+    naive_em = sum(exact_match(a, r["golden_answers"])
+                   for a, r in zip(naive_answers, fixture, strict=True)) / count
     cli_s, cli_records = run_cli(model_dir, data_dir, work / f"cli-{name}", args, count)
     run_s, run_records = run_in_process(model_dir, data_dir, work / f"in-process-{name}.jsonl",
                                         settings, args.batch_size)
@@ -142,7 +161,7 @@ def bench_model(name: str, model_dir: Path, url: str, data_dir: Path, work: Path
           f"max_turns={args.max_turns}  max_new_tokens={args.max_new_tokens}")
     print(f"{'path':<52} {'seconds':>8} {'q/min':>8}")
     print(f"{'(a) naive loop, one question at a time':<52} {naive_s:>8.1f} {a:>8.1f}"
-          f"   answered {naive_answered}/{count}")
+          f"   answered {naive_answered}/{count}, EM {naive_em:.3f}")
     print(f"{'(b) python -m evaluator, whole command':<52} {cli_s:>8.1f} {b_whole:>8.1f}"
           f"   {summary(cli_records)}")
     print(f"{'(b) evaluator.runner.evaluate, in-run':<52} {run_s:>8.1f} {b_run:>8.1f}"
@@ -151,6 +170,9 @@ def bench_model(name: str, model_dir: Path, url: str, data_dir: Path, work: Path
                zip(sorted(cli_records, key=lambda r: r.id),
                    sorted(run_records, key=lambda r: r.id), strict=True))
     print(f"CLI and in-process predictions agree on {same}/{count}")
+    by_id = {r.id: r.prediction for r in run_records}
+    naive_same = sum(by_id[r["id"]] == a for r, a in zip(fixture, naive_answers, strict=True))
+    print(f"naive loop and evaluator predictions agree on {naive_same}/{count}")
     passed = b_run / a >= GOAL
     print(f"b/a in-run: {b_run / a:.2f}x   b/a whole command: {b_whole / a:.2f}x   "
           f"goal {GOAL:.0f}x (in-run): {'PASS' if passed else 'FAIL'}"
@@ -167,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--models", default="small-search,small",
                         help="comma-separated: small-search, small, random, scripted")
+    parser.add_argument("--model", default=None,
+                        help="a checkpoint directory to benchmark instead of the tiny models "
+                             "(e.g. assets/nano-agent); its questions come from vitalqa")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads, here and in the CLI (OMP_NUM_THREADS)")
     args = parser.parse_args(argv)
@@ -181,15 +206,19 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="llds-bench-eval-") as tmp:
         work = Path(tmp)
         start = time.perf_counter()
-        models = build_models(work / "models")
+        if args.model:
+            models = {Path(args.model).name: Path(args.model).resolve()}
+        else:
+            models = {name: path for name, path in build_models(work / "models").items()
+                      if name in args.models.split(",")}
         data_dir = work / "data"
-        write_fixture(data_dir, args.questions)
+        write_fixture(data_dir, args.questions, held_out=bool(args.model))
         LocalRetriever(engine=ENGINE).search(["warm up"])  # builds and caches the index
         process, url = start_server()
         print(f"set-up (models, fixture, index, server): {time.perf_counter() - start:.1f}s")
         try:
-            for name in args.models.split(","):
-                results.append(bench_model(name, models[name], url, data_dir, work, args))
+            for name, path in models.items():
+                results.append(bench_model(name, path, url, data_dir, work, args))
         finally:
             stop_process(process)
     print(f"\noverall: {'PASS' if all(results) else 'FAIL'}")

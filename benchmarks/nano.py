@@ -33,9 +33,16 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent.backends.hf import TransformersBackend  # noqa: E402
-from agent.loop import AgentSettings, run_agent_batch  # noqa: E402
+from agent.loop import AgentSettings  # noqa: E402
 from evaluator.metrics import exact_match  # noqa: E402
-from nano.evaluate import BENCHMARK, EmptyRetriever, load_questions, run_one_by_one, score  # noqa: E402
+from nano.evaluate import (  # noqa: E402
+    BENCHMARK,
+    EmptyRetriever,
+    load_questions,
+    run_batched,
+    run_one_by_one,
+    score,
+)
 from retriever.client import LocalRetriever  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "assets" / "nano-agent"
@@ -56,12 +63,7 @@ def evaluate(model: str, records: list[dict], settings: AgentSettings | None = N
               "one_by_one_qps": len(records) / one_by_one_s}
     if batch_size:
         start = time.perf_counter()
-        batched = [None] * len(records)
-        for s in range(0, len(records), batch_size):
-            chunk = records[s:s + batch_size]
-            for i, run in run_agent_batch([r["question"] for r in chunk], backend, retriever,
-                                          settings):
-                batched[s + i] = run
+        batched = run_batched(records, backend, retriever, settings, batch_size)
         result["batched_qps"] = len(records) / (time.perf_counter() - start)
         result["batched_em"] = statistics.mean(
             exact_match(run.answer, r["golden_answers"]) for r, run in zip(records, batched,

@@ -55,7 +55,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=_env("NANO_OUT", DEFAULT_OUT), help="[NANO_OUT]")
     for name in ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_len",
                  "batch_tokens", "steps", "warmup", "seed", "threads", "save_every",
-                 "log_every"):
+                 "log_every", "copy_drills"):
         p.add_argument("--" + name.replace("_", "-"), type=int,
                        default=int(_env("NANO_" + name.upper(), d[name].default)),
                        help=f"[NANO_{name.upper()}]")

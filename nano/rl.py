@@ -64,9 +64,10 @@ class RLConfig:
 
     @property
     def name(self) -> str:
+        # The run's name in the logs (curves split runs by it): what tells two runs apart.
         if self.method == "grpo":
-            return f"nano-grpo-lambda0-seed{self.seed}"
-        return f"nano-{self.method}-lambda{self.llds_lambda:g}-seed{self.seed}"
+            return f"nano-grpo-lambda0-lr{self.lr:g}-seed{self.seed}"
+        return f"nano-{self.method}-lambda{self.llds_lambda:g}-lr{self.lr:g}-seed{self.seed}"
 
     def loss(self) -> LossConfig:
         gate = METHODS[self.method]

@@ -114,7 +114,8 @@ def encode(backend, finished, group: int, reward: float) -> Sample:
 def rollout(backend, retriever: TimedRetriever, questions: Sequence[Question], n: int,
             settings: AgentSettings) -> list[Sample]:
     """n responses per question, all in one batched agent run; samples in group order."""
-    backend_forget_cache(backend)
+    if hasattr(backend, "forget_cache"):  # the weights changed since the last batch
+        backend.forget_cache()
     asked = [q.question for q in questions for _ in range(n)]
     finished: list = [None] * len(asked)
     for index, result in run_agent_batch(asked, backend, retriever, settings):
@@ -128,11 +129,3 @@ def rollout(backend, retriever: TimedRetriever, questions: Sequence[Question], n
         reward = float(exact_match(result.answer, question.golden_answers))
         samples.append(encode(backend, result, index // n, reward))
     return samples
-
-
-def backend_forget_cache(backend) -> None:
-    """Drop the backend's KV cache from the last batch: the weights changed since."""
-    if hasattr(backend, "_batch"):
-        backend._batch = None
-    if hasattr(backend, "_cache"):
-        backend._cache = None

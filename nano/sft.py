@@ -48,6 +48,12 @@ class TrainConfig:
     # Weight of the model's tokens inside <search>/<answer> (the query and the answer) against
     # its other tokens (the fixed wording around them, learnt in a few hundred steps).
     content_weight: float = 1.0
+    # Copy drills: this many extra sequences, each a window of a training document followed
+    # by the same window again, with the document loss on the repeat. Answers are names cut
+    # into 4-7 tokens of a 4k vocabulary, copied out of a document: that takes induction
+    # heads (find the token before, copy what came after it), which form within a few
+    # hundred steps on repeated text and only slowly from the trajectories alone.
+    copy_drills: int = 0
     seed: int = 0
     threads: int = 2
     save_every: int = 100
@@ -91,7 +97,7 @@ def _own_kinds(piece: list[int], tokenizer) -> list[int]:
 
 
 def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
-    examples = []
+    examples, documents = [], []
     with open(config.data, encoding="utf-8") as lines:
         for line in lines:
             if config.limit and len(examples) >= config.limit:
@@ -101,9 +107,30 @@ def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[
             examples.append((ids[:config.max_len], kinds[:config.max_len]))
             if config.first_turns:
                 examples.append(encode_record(record, tokenizer, turns=1))
+            if config.copy_drills and len(documents) < 4 * config.copy_drills:
+                documents.append([t for t, k in zip(ids, kinds, strict=True) if k == INSERTED])
     if not examples:
         raise ValueError(f"{config.data} holds no trajectories: run `python -m nano data` first.")
-    return examples
+    return examples + copy_drills(documents, config.copy_drills, random.Random(config.seed))
+
+
+def copy_drills(documents: list[list[int]], count: int, rng: random.Random,
+                shortest: int = 24, longest: int = 96) -> list[tuple[list[int], list[int]]]:
+    """`count` sequences: a window of an inserted observation, then the same window again;
+    only the repeat carries loss (as inserted text), so the loss rewards copying. Every
+    other window is shuffled first: with no language to predict it from, the repeat can
+    only be copied (natural windows alone left a 4M model predicting, not copying)."""
+    documents = [d for d in documents if len(d) > shortest]
+    drills = []
+    for n in range(count if documents else 0):
+        doc = rng.choice(documents)
+        size = rng.randint(shortest, min(longest, len(doc)))
+        start = rng.randrange(len(doc) - size + 1)
+        window = doc[start:start + size]
+        if n % 2:
+            rng.shuffle(window)
+        drills.append((window + window, [PROMPT] * size + [INSERTED] * size))
+    return drills
 
 
 def make_batches(lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list[int]]:
@@ -172,14 +199,18 @@ def batch_loss(model, examples, indices, doc_weight: float, content_weight: floa
         kinds[row, :len(kind)] = torch.tensor(kind)
     # Right padding with the causal mask: pads only ever see real tokens before them and
     # carry no loss, so no attention mask is needed (and the fast causal kernel is used).
-    logits = model(input_ids=ids).logits[:, :-1]
+    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
     target, kind = ids[:, 1:], kinds[:, 1:]
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), target.reshape(-1),
-                         reduction="none").view_as(target)
-    inserted = kind == INSERTED
-    mine = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
+    weights = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
+    inserted = (kind == INSERTED).float()
+    # The vocabulary projection is a quarter of this model's compute: run it only where a
+    # loss is counted (the model's own tokens, and the documents while they carry weight).
+    counted = (weights > 0) | (inserted > 0) if doc_weight > 0 else weights > 0
+    logits = model.lm_head(hidden[counted])
+    ce = F.cross_entropy(logits.float(), target[counted], reduction="none")
+    mine, docs = weights[counted], inserted[counted]
     own_loss = (ce * mine).sum() / mine.sum().clamp(min=1)
-    doc_loss = (ce * inserted).sum() / inserted.sum().clamp(min=1)
+    doc_loss = (ce * docs).sum() / docs.sum().clamp(min=1)
     loss = own_loss + doc_weight * doc_loss if doc_weight > 0 else own_loss
     return loss, own_loss.item(), doc_loss.item(), ids.numel()
 

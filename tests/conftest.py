@@ -78,3 +78,20 @@ def local_retriever(bm25s_engine):
     from retriever.client import LocalRetriever
 
     return LocalRetriever(opened=bm25s_engine)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for one test module (call tests.browser.require_chromium first)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import ARTIFACTS, CHROMIUM
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield chromium
+        chromium.close()

@@ -89,3 +89,21 @@ def test_state_masking(micro_data):
     assert content.split() == " ".join(actions).split()  # the queries and the answer
     inserted = tokenizer.decode([i for i, k in zip(ids, kinds, strict=True) if k == 2])
     assert "<information>" in inserted and "<think>" not in inserted
+
+
+def test_copy_drills_repeat_a_window_with_loss_on_the_repeat_only():
+    import random
+
+    from nano.sft import INSERTED, PROMPT, copy_drills
+
+    documents = [list(range(1000, 1200)), list(range(5)), list(range(2000, 2100))]
+    drills = copy_drills(documents, 6, random.Random(0))
+    assert len(drills) == 6
+    for n, (ids, kinds) in enumerate(drills):
+        size = len(ids) // 2
+        assert 24 <= size <= 96 and ids[:size] == ids[size:]
+        assert kinds == [PROMPT] * size + [INSERTED] * size
+        source = next(d for d in documents if ids[0] in d)
+        in_order = ids[:size] == source[source.index(ids[0]):source.index(ids[0]) + size]
+        assert in_order == (n % 2 == 0)  # every other window is shuffled
+    assert copy_drills([list(range(5))], 3, random.Random(0)) == []  # too short to drill

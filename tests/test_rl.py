@@ -196,3 +196,32 @@ def test_an_existing_run_is_refused_without_resume_and_continued_with_it(micro_r
 def test_cli_refuses_missing_inputs_with_the_way_out():
     done = _run_cli(["--method", "grpo"])
     assert done.returncode == 2 and "--model is required" in done.stderr
+
+
+def test_forget_cache_after_an_update_gives_what_the_updated_model_computes(tiny_models):
+    """Rollouts after a training update must not reuse keys and values of the old weights."""
+    from agent.backends.base import Sampling
+    from agent.backends.hf import TransformersBackend
+
+    def perturb(model):
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.5 * torch.randn(p.shape, generator=gen))
+
+    greedy = Sampling(greedy=True)
+    prompt = "<|im_start|>user\nwho wrote hamlet<|im_end|>\n<|im_start|>assistant\n"
+    contexts = [[prompt], [prompt + "the "]]
+    stale, forgot, fresh = (TransformersBackend(str(tiny_models["random"]), device="cpu")
+                            for _ in range(3))
+    for backend in (stale, forgot):
+        first = backend.generate(contexts, [6, 6], greedy)  # fills the batch cache
+        perturb(backend.model)
+    forgot.forget_cache()
+    perturb(fresh.model)
+    follow = [c + [t.text, "\n\n<information>Paris</information>\n\n"]
+              for c, t in zip(contexts, first, strict=True)]
+    want = [t.text for t in fresh.generate(follow, [6, 6], greedy)]
+    assert [t.text for t in forgot.generate(follow, [6, 6], greedy)] == want
+    # The control: kept, the old keys and values do change what is generated.
+    assert [t.text for t in stale.generate(follow, [6, 6], greedy)] != want

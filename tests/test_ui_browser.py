@@ -3,26 +3,19 @@ backend (a test double) behind a backend factory and the real in-process bm25s r
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
 from agent.backends.base import ModelLoadError
-from agent.testing import ROOT, free_port
+from agent.testing import free_port
 from retriever.doc import Doc
+from tests.browser import ARTIFACTS, require_chromium
 from tests.scripted_backend import ScriptedBackend
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = ROOT / "test-artifacts"
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing and CI is set: `apt-get install chromium`")
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)",
-                allow_module_level=True)
+require_chromium()
 
 EVIL = Doc("evil", '"Evil <script>window.pwned=1</script> page"\nBody with <b>tags</b>.', 9.0)
 
@@ -72,18 +65,6 @@ def app_url():
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"])
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

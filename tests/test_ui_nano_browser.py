@@ -6,26 +6,19 @@ backend). Runs once `assets/nano-agent` is in the checkout."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from agent.testing import ROOT, free_port, start_process, stop_process
+from tests.browser import ARTIFACTS, require_chromium
 
-CHROMIUM = "/usr/bin/chromium"
 NANO_DIR = ROOT / "assets" / "nano-agent"
 EXAMPLES = ROOT / "assets" / "ask_examples.json"
-ARTIFACTS = ROOT / "test-artifacts"
 pytestmark = pytest.mark.browser
 
 if not (NANO_DIR / "config.json").is_file():
     pytest.skip("assets/nano-agent is not in this checkout yet", allow_module_level=True)
-if not Path(CHROMIUM).exists():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing and CI is set: `apt-get install chromium`")
-    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium to run the browser tests)",
-                allow_module_level=True)
+require_chromium()
 
 
 def first_example() -> dict:
@@ -47,18 +40,6 @@ def studio_url():
     stop_process(process)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"])
-        yield chromium
-        chromium.close()
 
 
 def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):

@@ -191,6 +191,12 @@ class TransformersBackend(TokenizerText):
         self._lock = threading.Lock()  # one generation at a time on this model
 
 
+    def forget_cache(self) -> None:
+        """Drop the KV caches kept between turns: after the weights change (a training
+        update) they no longer match the model, and reusing them would be silently wrong."""
+        with self._lock:
+            self._cached_ids, self._cache, self._batch = [], None, None
+
     def context_ids(self, context: Sequence[str], keep_last: int | None = None) -> list[int]:
         """Segments tokenized one by one and concatenated, as Search-R1 builds rollouts;
         only the last `keep_last` tokens when given (its rolling window)."""

@@ -19,7 +19,7 @@ import pandas as pd
 from agent.backends.base import ModelLoadError
 from app.ui import inputs
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
-from evaluator.metrics import aggregate
+from evaluator.metrics import aggregate, errored
 
 # The paper's seven, then the sets shipped in the repository (vitalqa: offline).
 DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
@@ -50,11 +50,11 @@ def _data_problem(studio, dataset: str, err: DataError) -> str:
 
 def incomplete_note(records, stopped: str | None) -> str | None:
     """How an incomplete run reads: errored questions, why, and that re-running resumes."""
-    errored = [r for r in records if r.stop_reason == "error" or r.error]
-    if not errored and not stopped:
+    failed = [r for r in records if errored(r)]
+    if not failed and not stopped:
         return None
-    why = stopped or errored[-1].error or "error"
-    return (f"**Incomplete:** {len(errored)} of {len(records)} questions ended in an error "
+    why = stopped or failed[-1].error or "error"
+    return (f"**Incomplete:** {len(failed)} of {len(records)} questions ended in an error "
             f"(last: {why}). They are not scored as answered; press Evaluate again to "
             "resume them (answered questions are kept).")
 
@@ -67,7 +67,7 @@ def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
     """
     from agent.loop import AgentSettings
     from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
-    from evaluator.runner import evaluate
+    from evaluator.runner import RunStopped, evaluate
 
     model = inputs.text("Model", model)
     data_dir = inputs.text("Local benchmark directory", data_dir)
@@ -107,18 +107,20 @@ def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
     wanted = {q.id for q in questions}
     try:
         done = len(wanted & {r.id for r in _records(load_run, run_dir, dataset)
-                             if r.stop_reason != "error"})
+                             if not errored(r)})
         for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
             done += 1
             if progress is not None:
                 progress((done, len(questions)), desc=f"{dataset}: {done}/{len(questions)}")
+    except RunStopped as err:  # too many errors in a row (the retriever is down, say)
+        stopped = str(err)
     except Exception as err:  # noqa: BLE001 - the run stops; what finished is kept
         log.exception("Evaluate tab: the run stopped")
         stopped = f"the run stopped: {type(err).__name__}: {err}"
     finally:
         studio.pool.release(model)
     records = [r for r in _records(load_run, run_dir, dataset) if r.id in wanted]
-    scored = [r for r in records if not (r.stop_reason == "error" or r.error)]
+    scored = [r for r in records if not errored(r)]
     lines = [f"**{dataset}**, {len(scored)} of {len(questions)} questions scored (random "
              f"sample, seed {seed}; not the full split, so not comparable with published "
              "numbers).", scores_line(scored), f"Results: `{path}`",

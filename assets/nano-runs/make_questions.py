@@ -4,7 +4,10 @@
 
 train.jsonl: one phrasing of every question about a training-split article (no vitalqa
 article), in a stable shuffled order. val.jsonl: every 6th record of
-assets/vitalqa/test.jsonl (all families, 63 questions); the runs validate on its first 16.
+assets/vitalqa/test.jsonl (63 questions; the preliminary runs validated on its first 16 or
+32, which are definition and description questions only). val_sample.jsonl: the fixed
+sample of 48 spread over all families that `nano.evaluate.load_questions(limit=48)` draws
+(the main runs validate on all of it).
 """
 
 from __future__ import annotations
@@ -30,7 +33,13 @@ def main(out: Path) -> None:
     bench = Path("assets/vitalqa/test.jsonl").read_text(encoding="utf-8").splitlines()
     (out / "val.jsonl").write_text("".join(line + "\n" for line in bench[::6]),
                                    encoding="utf-8")
-    print(f"{len(train)} training questions, {len(bench[::6])} validation questions in {out}")
+    from nano.evaluate import load_questions
+
+    sample = load_questions(limit=48)
+    (out / "val_sample.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sample),
+                                          encoding="utf-8")
+    print(f"{len(train)} training questions, {len(bench[::6])} + {len(sample)} validation "
+          f"questions in {out}")
 
 
 if __name__ == "__main__":
