@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent.backends.hf import TransformersBackend  # noqa: E402
 from agent.loop import AgentSettings  # noqa: E402
-from evaluator.metrics import exact_match  # noqa: E402
 from nano.evaluate import (  # noqa: E402
     BENCHMARK,
     EmptyRetriever,
@@ -65,9 +63,7 @@ def evaluate(model: str, records: list[dict], settings: AgentSettings | None = N
         start = time.perf_counter()
         batched = run_batched(records, backend, retriever, settings, batch_size)
         result["batched_qps"] = len(records) / (time.perf_counter() - start)
-        result["batched_em"] = statistics.mean(
-            exact_match(run.answer, r["golden_answers"]) for r, run in zip(records, batched,
-                                                                           strict=True))
+        result["batched_em"] = score(records, batched)["em"]
     result["examples"] = [{"question": r["question"], "golden": r["golden_answers"],
                            "answer": run.answer, "family": r["metadata"]["family"]}
                           for r, run in zip(records, with_docs, strict=True)]

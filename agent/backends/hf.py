@@ -190,7 +190,6 @@ class TransformersBackend(TokenizerText):
         self._batch: _BatchCache | None = None
         self._lock = threading.Lock()  # one generation at a time on this model
 
-
     def forget_cache(self) -> None:
         """Drop the KV caches kept between turns: after the weights change (a training
         update) they no longer match the model, and reusing them would be silently wrong."""
