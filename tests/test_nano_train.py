@@ -107,3 +107,29 @@ def test_copy_drills_repeat_a_window_with_loss_on_the_repeat_only():
         in_order = ids[:size] == source[source.index(ids[0]):source.index(ids[0]) + size]
         assert in_order == (n % 2 == 0)  # every other window is shuffled
     assert copy_drills([list(range(5))], 3, random.Random(0)) == []  # too short to drill
+
+
+def test_train_cli_as_in_the_readme(micro_data, tmp_path):
+    """`python -m nano train --data … --tokenizer … --out …` with the flags the model card
+    lists (first turns, content weight, copy drills): it trains, saves a loadable model and
+    counts the drills among its sequences."""
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "cli-run"
+    tiny = ["--hidden", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1",
+            "--intermediate", "64", "--steps", "3", "--threads", "1", "--limit", "40",
+            "--save-every", "2", "--log-every", "1"]
+    command = [sys.executable, "-m", "nano", "train", "--data", str(micro_data / "train.jsonl"),
+               "--tokenizer", str(micro_data / "tokenizer"), "--out", str(out), *tiny,
+               "--first-turns", "--content-weight", "5"]
+    plain = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    drilled = subprocess.run([*command[:-1], "5", "--out", str(tmp_path / "drills"),
+                              "--copy-drills", "25"], cwd=ROOT, capture_output=True, text=True)
+    assert drilled.returncode == 0, drilled.stderr[-2000:]
+    assert "done: 3 steps" in plain.stdout
+    counts = [json.loads((d / "train_summary.json").read_text())["trajectories"]
+              for d in (out, tmp_path / "drills")]
+    assert counts[1] == counts[0] + 25  # 40 runs + their first turns, then 25 drills
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 1
