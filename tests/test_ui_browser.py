@@ -3,8 +3,6 @@ backend (a test double) behind a backend factory and the real in-process bm25s r
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from agent.backends.base import ModelLoadError
@@ -123,12 +121,12 @@ def test_stop_ends_generation_early(page):
     chat = page.locator("#ask-chat")
     ask(page, "Think slowly about everything")
     expect(chat).to_contain_text("step5", timeout=30_000)
-    started = time.monotonic()
     page.locator("#ask-stop").click()
     expect(chat).to_contain_text("Stopped", timeout=10_000)
-    assert time.monotonic() - started < 8  # the full script takes 400 x 0.03 s = 12 s
-    text = chat.inner_text()
-    assert "step399" not in text
+    # The whole script is 400 x 0.03 s = 12 s of the backend's own sleeping: its last step
+    # never shows when Stop cut it short (a content check, not a wall-clock one, which a
+    # busy machine failed once at 9 s against a bound of 8).
+    assert "step399" not in chat.inner_text()
     expect(page.locator("#ask-stats")).to_contain_text("cancelled")
     page.screenshot(path=str(ARTIFACTS / "stop.png"), full_page=True)
 
