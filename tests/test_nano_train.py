@@ -128,7 +128,7 @@ def test_train_cli_as_in_the_readme(micro_data, tmp_path):
                               "--copy-drills", "25"], cwd=ROOT, capture_output=True, text=True)
     assert drilled.returncode == 0, drilled.stderr[-2000:]
     assert "done: 3 steps" in plain.stdout
-    counts = [json.loads((d / "train_summary.json").read_text())["trajectories"]
+    counts = [json.loads((d / "train_summary.json").read_text())["sequences"]
               for d in (out, tmp_path / "drills")]
     assert counts[1] == counts[0] + 25  # 40 runs + their first turns, then 25 drills
     model = AutoModelForCausalLM.from_pretrained(str(out))

@@ -63,8 +63,6 @@ def app_url():
     demo.close()
 
 
-
-
 @pytest.fixture
 def page(browser, app_url):
     context = browser.new_context(viewport={"width": 1400, "height": 1100})

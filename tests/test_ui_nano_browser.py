@@ -40,8 +40,6 @@ def studio_url():
     stop_process(process)
 
 
-
-
 def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
     from playwright.sync_api import expect
 
