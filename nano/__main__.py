@@ -53,9 +53,11 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=_env("NANO_TOKENIZER", f"{DEFAULT_DATA_DIR}/tokenizer"),
                    help="[NANO_TOKENIZER]")
     p.add_argument("--out", default=_env("NANO_OUT", DEFAULT_OUT), help="[NANO_OUT]")
+    p.add_argument("--init", default=_env("NANO_INIT", None),
+                   help="start from this saved model instead of from scratch [NANO_INIT]")
     for name in ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_len",
                  "batch_tokens", "steps", "warmup", "seed", "threads", "save_every",
-                 "log_every", "copy_drills"):
+                 "log_every", "copy_drills", "induction_steps", "induction_every"):
         p.add_argument("--" + name.replace("_", "-"), type=int,
                        default=int(_env("NANO_" + name.upper(), d[name].default)),
                        help=f"[NANO_{name.upper()}]")
@@ -99,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     from nano.sft import train
 
     a = train_parser().parse_args(rest)
-    values = {k: v for k, v in vars(a).items() if k not in ("data", "tokenizer", "out", "limit")}
+    values = {k: v for k, v in vars(a).items()
+              if k not in ("data", "tokenizer", "out", "limit", "init")}
     train(TrainConfig(data=Path(a.data), tokenizer=Path(a.tokenizer), out=Path(a.out),
+                      init=Path(a.init) if a.init else None,
                       limit=int(a.limit) if a.limit else None, **values))
     return 0
 
