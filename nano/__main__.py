@@ -61,7 +61,7 @@ def train_parser() -> argparse.ArgumentParser:
         p.add_argument("--" + name.replace("_", "-"), type=int,
                        default=int(_env("NANO_" + name.upper(), d[name].default)),
                        help=f"[NANO_{name.upper()}]")
-    for name in ("minutes", "content_weight", "lr", "weight_decay", "doc_weight",
+    for name in ("minutes", "content_weight", "lr", "weight_decay", "doc_weight", "swap_answers",
                  "doc_fade_start", "doc_fade_end"):
         p.add_argument("--" + name.replace("_", "-"), type=float,
                        default=float(_env("NANO_" + name.upper(), d[name].default)),

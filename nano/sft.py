@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,6 +66,10 @@ class TrainConfig:
     # them the trajectories' gradients erase the heads within a few hundred steps (measured:
     # the repeat's loss back above chance by step 600 of the trajectories).
     induction_every: int = 0
+    # This fraction of the runs gets its answer replaced, in the documents and the answer
+    # alike, by another run's answer of the same family: a name the question's words do
+    # not predict, so only copying it out of the documents lowers the loss.
+    swap_answers: float = 0.0
     seed: int = 0
     threads: int = 2
     save_every: int = 100
@@ -107,19 +112,49 @@ def _own_kinds(piece: list[int], tokenizer) -> list[int]:
     return kinds
 
 
+def swap_answer(record: dict, new: str) -> dict | None:
+    """The run with its answer replaced by `new` wherever it stands as a whole word after the
+    prompt (titles, document text, the answer); None when that cannot be done cleanly: the
+    prompt names the answer, or no document holds it."""
+    old = record["answers"][0]
+    pattern = re.compile(r"(?<!\w)" + re.escape(old) + r"(?!\w)")
+    prompt, *rest = record["segments"]
+    if pattern.search(prompt[0]) or not any(pattern.search(t) for t, g in rest if not g):
+        return None
+    segments = [prompt] + [[pattern.sub(lambda _: new, t), g] for t, g in rest]
+    return {**record, "answers": [new], "segments": segments}
+
+
+def read_records(config: TrainConfig) -> list[dict]:
+    """The runs, a `swap_answers` fraction of them with another run's answer swapped in."""
+    with open(config.data, encoding="utf-8") as lines:
+        records = [json.loads(line) for line in lines if line.strip()]
+    records = records[:config.limit] if config.limit else records
+    if not config.swap_answers:
+        return records
+    rng = random.Random(config.seed + 1)
+    pools: dict[str, list[str]] = {}
+    for record in records:
+        pools.setdefault(record.get("family", ""), []).append(record["answers"][0])
+    out = []
+    for record in records:
+        pool = pools[record.get("family", "")]
+        new = rng.choice(pool)
+        if rng.random() < config.swap_answers and new != record["answers"][0]:
+            record = swap_answer(record, new) or record
+        out.append(record)
+    return out
+
+
 def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
     examples, documents = [], []
-    with open(config.data, encoding="utf-8") as lines:
-        for line in lines:
-            if config.limit and len(examples) >= config.limit:
-                break
-            record = json.loads(line)
-            ids, kinds = encode_record(record, tokenizer)
-            examples.append((ids[:config.max_len], kinds[:config.max_len]))
-            if config.first_turns:
-                examples.append(encode_record(record, tokenizer, turns=1))
-            if config.copy_drills and len(documents) < 4 * config.copy_drills:
-                documents.append([t for t, k in zip(ids, kinds, strict=True) if k == INSERTED])
+    for record in read_records(config):
+        ids, kinds = encode_record(record, tokenizer)
+        examples.append((ids[:config.max_len], kinds[:config.max_len]))
+        if config.first_turns:
+            examples.append(encode_record(record, tokenizer, turns=1))
+        if config.copy_drills and len(documents) < 4 * config.copy_drills:
+            documents.append([t for t, k in zip(ids, kinds, strict=True) if k == INSERTED])
     if not examples:
         raise ValueError(f"{config.data} holds no trajectories: run `python -m nano data` first.")
     return examples + copy_drills(documents, config.copy_drills, random.Random(config.seed))

@@ -200,3 +200,25 @@ def test_init_fine_tunes_saved_weights_and_rejects_another_vocabulary(micro_data
     with pytest.raises(ValueError, match="vocabulary of 50.*give the tokenizer"):
         train(TrainConfig(out=tmp_path / "c", init=tmp_path / "other", **base),
               log=lambda *_: None)
+
+
+def test_swap_answer_replaces_the_answer_after_the_prompt_only():
+    from nano.sft import swap_answer
+
+    record = {"answers": ["Rome"], "family": "span", "segments": [
+        ["<|im_start|>user\nQuestion: where is the Colosseum?\n<|im_end|>\n", False],
+        ["<think> I need to search for this. </think>\n<search> Colosseum </search>", True],
+        ['\n\n<information>Doc 1(Title: "Colosseum") The Colosseum is in Rome, not in '
+         "Romeo's Verona.\n</information>\n\n", False],
+        ["<think> The answer is in Doc 1. </think>\n<answer> Rome </answer>", True]]}
+    swapped = swap_answer(record, "Ouagadougou")
+    assert swapped["answers"] == ["Ouagadougou"] and record["answers"] == ["Rome"]
+    assert "is in Ouagadougou, not in Romeo's" in swapped["segments"][2][0]  # whole words only
+    assert protocol.parse_action(swapped["segments"][3][0]).content == "Ouagadougou"
+    assert swapped["segments"][0] == record["segments"][0]
+    assert [g for _, g in swapped["segments"]] == [g for _, g in record["segments"]]
+    named = {**record, "segments": [["Question: is Rome in Italy?", False],
+                                    *record["segments"][1:]]}
+    assert swap_answer(named, "Paris") is None  # the question names it: no clean swap
+    unread = {**record, "answers": ["Milan"]}
+    assert swap_answer(unread, "Paris") is None  # no document holds it
