@@ -123,8 +123,13 @@ def _prefer_exports(runs: list[TrainingRun], messages: list[Message]) -> list[Tr
                                         Path(dropped.source).name))
             group = exact
         if len(group) > 1:
+            files = [Path(run.source).name for run in group]
             for run in group:
-                run.name = f"{name} ({Path(run.source).name})"
+                path = Path(run.source)
+                # runs/grpo/train.log and runs/llds-a/train.log: the folder tells them apart
+                where = (path.name if files.count(path.name) == 1
+                         else f"{path.parent.name}/{path.name}")
+                run.name = f"{name} ({where})"
         kept.extend(group)
     # Keep upload order.
     order = {id(run): i for i, run in enumerate(runs)}

@@ -18,7 +18,9 @@ METHODS = ("GRPO", "LLDS")
 ROUNDED_FORMATS = frozenset({"verl-console"})
 
 
-@dataclass
+# eq=False: two runs are the same run only if they are the same object (comparing their
+# tables element-wise is neither meaningful nor possible).
+@dataclass(eq=False)
 class TrainingRun:
     """One training run. `table` is indexed by integer step; columns are raw metric keys."""
 

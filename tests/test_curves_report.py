@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -156,3 +157,26 @@ def test_cli_bad_file_exits_nonzero_without_traceback(uploads, tmp_path):
     assert not (tmp_path / "r.html").exists()
     proc = _cli(str(uploads["grpo"]), "--label", "x=PPO")
     assert proc.returncode == 2 and "NAME=GRPO" in proc.stderr
+
+
+def test_cli_as_in_the_readme_two_train_logs_in_run_folders(tmp_path):
+    """`python -m app.curves runs/grpo/train.log runs/llds-a/train.log --out report.html`
+    on the shipped nano runs: same file name, same run name inside; both are plotted, told
+    apart by their folders."""
+    shipped = ROOT / "assets" / "nano-runs"
+    for folder, run in (("grpo", "nano-grpo"), ("llds-a", "nano-llds-a")):
+        (tmp_path / "runs" / folder).mkdir(parents=True)
+        text = (shipped / run / "train.log").read_text(encoding="utf-8")
+        (tmp_path / "runs" / folder / "train.log").write_text(text, encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-m", "app.curves", "runs/grpo/train.log",
+                           "runs/llds-a/train.log", "--out", "report.html"], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "plotting failed" not in proc.stdout + proc.stderr
+    assert "(grpo/train.log)" in proc.stdout and "(llds-a/train.log)" in proc.stdout
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    specs = re.findall(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*(\[.*?\]),\s*\{", page, re.S)
+    names = {trace["name"] for spec in specs for trace in json.loads(spec)}
+    assert any("grpo/train.log" in n for n in names), names
+    assert any("llds-a/train.log" in n for n in names), names
