@@ -123,17 +123,30 @@ def _prefer_exports(runs: list[TrainingRun], messages: list[Message]) -> list[Tr
                                         Path(dropped.source).name))
             group = exact
         if len(group) > 1:
-            files = [Path(run.source).name for run in group]
-            for run in group:
-                path = Path(run.source)
-                # runs/grpo/train.log and runs/llds-a/train.log: the folder tells them apart
-                where = (path.name if files.count(path.name) == 1
-                         else f"{path.parent.name}/{path.name}")
+            for run, where in zip(group, _distinct_tails([Path(r.source) for r in group]),
+                                  strict=True):
                 run.name = f"{name} ({where})"
         kept.extend(group)
     # Keep upload order.
     order = {id(run): i for i, run in enumerate(runs)}
     return sorted(kept, key=lambda run: order[id(run)])
+
+
+def _distinct_tails(paths: list[Path]) -> list[str]:
+    """Each path's shortest tail (file name, then folder/file name, …) that no other path in
+    the list shares: runs/grpo/train.log and runs/llds-a/train.log become grpo/train.log and
+    llds-a/train.log, however deep the shared names go."""
+    def tail(path: Path, depth: int) -> str:
+        return "/".join(path.parts[-depth:])
+
+    out = []
+    for path in paths:
+        depth = 1
+        while depth < len(path.parts) and sum(
+                tail(other, depth) == tail(path, depth) for other in paths) > 1:
+            depth += 1
+        out.append(tail(path, depth))
+    return out
 
 
 def _apply_labels(runs: list[TrainingRun], labels: dict[str, str], messages: list[Message]) -> None:

@@ -180,3 +180,12 @@ def test_cli_as_in_the_readme_two_train_logs_in_run_folders(tmp_path):
     names = {trace["name"] for spec in specs for trace in json.loads(spec)}
     assert any("grpo/train.log" in n for n in names), names
     assert any("llds-a/train.log" in n for n in names), names
+
+
+def test_same_named_logs_are_told_apart_by_the_shortest_distinct_tail():
+    from curves import _distinct_tails
+
+    assert _distinct_tails([Path("a.log"), Path("x/train.log"), Path("y/train.log")]) == [
+        "a.log", "x/train.log", "y/train.log"]
+    assert _distinct_tails([Path("r/a/grpo/train.log"), Path("r/b/grpo/train.log")]) == [
+        "a/grpo/train.log", "b/grpo/train.log"]
