@@ -58,13 +58,14 @@ class TrainConfig:
     # not form within two hours on 2 cores.
     copy_drills: int = 0
     # A curriculum stage before everything else: this many steps on random-token sequences
-    # and spans copied out of them (loss on each span after its first token). With nothing
-    # to predict but the copy, induction heads form quickly; the trajectories alone did not
-    # grow them in two hours.
+    # and spans copied out of them (loss on each span after its first token). Only an
+    # induction head lowers that loss; the trajectories alone did not grow one in two hours,
+    # and at 4M parameters on 2 cores these batches did not either within an hour (model
+    # card, fifth attempt): a stage to run long, or on a GPU.
     induction_steps: int = 0
     # ... and after it, every this-many-th step is such a batch again (0: never). Without
-    # them the trajectories' gradients erase the heads within a few hundred steps (measured:
-    # the repeat's loss back above chance by step 600 of the trajectories).
+    # them the trajectories' gradients erase what the stage grew within a few hundred steps
+    # (measured with the first, fixed-distance batches: back above chance by step 600).
     induction_every: int = 0
     # This fraction of the runs gets its answer replaced, in the documents and the answer
     # alike, by another run's answer of the same family: a name the question's words do
