@@ -71,6 +71,10 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-turns", action="store_true",
                    default=_env("NANO_FIRST_TURNS", "") not in ("", "0"),
                    help="also train on each run's first turn alone [NANO_FIRST_TURNS]")
+    p.add_argument("--wire-induction", action="store_true",
+                   default=_env("NANO_WIRE_INDUCTION", "") not in ("", "0"),
+                   help="write an induction circuit into the fresh weights before training "
+                   "(nano/wire.py) [NANO_WIRE_INDUCTION]")
     return p
 
 

@@ -6,6 +6,8 @@ invalid-action notes. A model trained only that way learns the format fast but i
 learn to copy a title or a name out of the documents, so for the first part of training an
 auxiliary language-model loss on the inserted documents (weight `doc_weight`, fading to 0)
 teaches copying: a document's text repeats its title, as the answer repeats the document.
+Continuing a name once started takes an induction circuit, which never grew by training in
+this project's CPU budget; `wire_induction` writes one into the fresh weights (nano/wire.py).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class TrainConfig:
     # and spans copied out of them (loss on each span after its first token). Only an
     # induction head lowers that loss; the trajectories alone did not grow one in two hours,
     # and at 4M parameters on 2 cores these batches did not either within an hour (model
-    # card, fifth attempt): a stage to run long, or on a GPU.
+    # card, fifth attempt): a stage to run long, or on a GPU. With wire_induction the
+    # circuit is there from step 0 and these batches only keep it.
     induction_steps: int = 0
     # ... and after it, every this-many-th step is such a batch again (0: never). Without
     # them the trajectories' gradients erase what the stage grew within a few hundred steps
@@ -71,6 +74,10 @@ class TrainConfig:
     # alike, by another run's answer of the same family: a name the question's words do
     # not predict, so only copying it out of the documents lowers the loss.
     swap_answers: float = 0.0
+    # Write an induction circuit into the fresh model's weights before training (nano/wire.py;
+    # rope_theta becomes 1e6 so its matching head's rotary pairs barely turn). Only from
+    # scratch: --init weights are taken as they are.
+    wire_induction: bool = False
     seed: int = 0
     threads: int = 2
     save_every: int = 100
@@ -253,7 +260,8 @@ def model_config(config: TrainConfig, tokenizer):
         vocab_size=len(tokenizer), hidden_size=config.hidden, num_hidden_layers=config.layers,
         num_attention_heads=config.heads, num_key_value_heads=config.kv_heads,
         intermediate_size=config.intermediate, max_position_embeddings=4096,
-        tie_word_embeddings=True, rope_theta=10000.0, bos_token_id=eos[1],
+        tie_word_embeddings=True, rope_theta=1e6 if config.wire_induction else 10000.0,
+        bos_token_id=eos[1],
         eos_token_id=eos[0], pad_token_id=tokenizer.pad_token_id)
 
 
@@ -349,6 +357,11 @@ def train(config: TrainConfig, log=print) -> dict:
         log(f"starting from the weights in {config.init}")
     else:
         model = Qwen2ForCausalLM(model_config(config, tokenizer))
+        if config.wire_induction:
+            from nano.wire import wire_induction
+
+            wire_induction(model, seed=config.seed)
+            log("wrote the induction circuit into the fresh weights (nano/wire.py)")
         state = None
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.98),
@@ -373,7 +386,7 @@ def train(config: TrainConfig, log=print) -> dict:
             epoch += 1
 
     start = time.perf_counter()
-    tokens = 0
+    tokens, copy_loss = 0, float("nan")
     bar = tqdm(total=config.steps, initial=step, desc="sft", mininterval=5)
     frac = progress(config, step, elapsed_before)
     while frac < 1.0:
@@ -385,6 +398,7 @@ def train(config: TrainConfig, log=print) -> dict:
             drills = induction_examples(random.Random(config.seed * 100_003 + step),
                                         low=3, high=tokenizer.vocab_size)
             loss, own, doc, n = batch_loss(model, drills, range(len(drills)), 1.0)
+            copy_loss = doc
         else:
             batch = batch_for(step)
             loss, own, doc, n = batch_loss(model, examples, batch, weight, config.content_weight)
@@ -400,7 +414,7 @@ def train(config: TrainConfig, log=print) -> dict:
         elapsed = time.perf_counter() - start
         frac = progress(config, step, elapsed_before + elapsed)
         if step % config.log_every == 0 or frac >= 1.0:
-            log(f"step {step} own {own:.4f} doc {doc:.4f} doc_w {weight:.2f} "
+            log(f"step {step} own {own:.4f} doc {doc:.4f} copy {copy_loss:.3f} doc_w {weight:.2f} "
                 f"lr {lr:.2e} {tokens / elapsed:.0f} tok/s "
                 f"{(elapsed_before + elapsed) / 60:.1f} min ({100 * frac:.0f}%)")
         if step % config.save_every == 0 or frac >= 1.0:
