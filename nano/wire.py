@@ -22,6 +22,8 @@ import math
 
 CODE = 64  # dims of the token code, at the start of the residual stream
 MATCH = 32  # of which the first this-many are matched (the low-frequency rotary pairs)
+TOKEN = slice(0, CODE)  # the current token's code
+PREVIOUS = slice(CODE, CODE + MATCH)  # the previous token's matched code, from layer 0
 
 
 def wire_induction(model, seed: int = 0, sharpness: float = 40.0, gain: float = 6.0) -> None:
@@ -37,7 +39,6 @@ def wire_induction(model, seed: int = 0, sharpness: float = 40.0, gain: float = 
     theta = _rope_theta(config)
     freqs = theta ** (-torch.arange(half, dtype=torch.float64) / half)  # pair i: dims i, i+half
     group = config.num_attention_heads // config.num_key_value_heads
-    token, previous = slice(0, CODE), slice(CODE, CODE + MATCH)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         emb = model.model.embed_tokens.weight
@@ -45,7 +46,7 @@ def wire_induction(model, seed: int = 0, sharpness: float = 40.0, gain: float = 
         # Each half unit-norm: the matched half scores exactly 1 against itself.
         code[:, :MATCH] /= code[:, :MATCH].norm(dim=1, keepdim=True)
         code[:, MATCH:] /= code[:, MATCH:].norm(dim=1, keepdim=True)
-        emb[:, token] = code / math.sqrt(2)
+        emb[:, TOKEN] = code / math.sqrt(2)
         emb[:, CODE:] *= 0.5  # the rest: small, so the code sets the norm
 
         # Layer 0, head 0: attend one token back, whatever the tokens are.
@@ -57,16 +58,12 @@ def wire_induction(model, seed: int = 0, sharpness: float = 40.0, gain: float = 
             q_bias[i] = 1.0
             k_bias[i], k_bias[i + half] = math.cos(freqs[i]), math.sin(freqs[i])
         scale = math.sqrt(sharpness * math.sqrt(head_dim) / _peak_gap(freqs, high))
-        attn.q_proj.weight[:head_dim] = 0
-        attn.q_proj.bias[:head_dim] = (scale * q_bias).float()
-        attn.k_proj.weight[:head_dim] = 0
-        attn.k_proj.bias[:head_dim] = (scale * k_bias).float()
         rms = math.sqrt(config.hidden_size)  # a unit-norm code comes out of the norm at this size
-        attn.v_proj.weight[:head_dim] = 0
-        attn.v_proj.bias[:head_dim] = 0
-        attn.v_proj.weight[:MATCH, token][:, :MATCH] = torch.eye(MATCH)
-        attn.o_proj.weight[:, :head_dim * group] = 0
-        attn.o_proj.weight[previous, :MATCH] = torch.eye(MATCH) / rms
+        _blank_head0(attn, head_dim, group)
+        attn.q_proj.bias[:head_dim] = (scale * q_bias).float()
+        attn.k_proj.bias[:head_dim] = (scale * k_bias).float()
+        attn.v_proj.weight[:MATCH, :MATCH] = torch.eye(MATCH)  # the matched half of the code
+        attn.o_proj.weight[PREVIOUS, :MATCH] = torch.eye(MATCH) / rms
 
         # Layer 1, head 0: match the current token's code against each place's previous
         # token, then write the code of the token found there into the TOKEN dims.
@@ -74,17 +71,20 @@ def wire_induction(model, seed: int = 0, sharpness: float = 40.0, gain: float = 
         low = list(range(half - MATCH // 2, half))  # the slowest pairs
         rows = [d for i in low for d in (i, i + half)]
         strength = math.sqrt(sharpness * math.sqrt(head_dim)) / rms
-        attn.q_proj.weight[:head_dim] = 0
-        attn.q_proj.bias[:head_dim] = 0
-        attn.k_proj.weight[:head_dim] = 0
-        attn.k_proj.bias[:head_dim] = 0
+        _blank_head0(attn, head_dim, group)
         attn.q_proj.weight[rows, :MATCH] = torch.eye(MATCH) * strength
-        attn.k_proj.weight[rows, CODE:CODE + MATCH] = torch.eye(MATCH) * strength
-        attn.v_proj.weight[:head_dim] = 0
-        attn.v_proj.bias[:head_dim] = 0
-        attn.v_proj.weight[:CODE, token] = torch.eye(CODE)
-        attn.o_proj.weight[:, :head_dim * group] = 0
-        attn.o_proj.weight[token, :CODE] = torch.eye(CODE) * gain / rms
+        attn.k_proj.weight[rows, PREVIOUS] = torch.eye(MATCH) * strength
+        attn.v_proj.weight[:CODE, TOKEN] = torch.eye(CODE)
+        attn.o_proj.weight[TOKEN, :CODE] = torch.eye(CODE) * gain / rms
+
+
+def _blank_head0(attn, head_dim: int, group: int) -> None:
+    """Zero head 0's query, KV head 0's key and value, and the output of every head that
+    shares that KV head, so only what the caller writes next flows through them."""
+    for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+        proj.weight[:head_dim] = 0
+        proj.bias[:head_dim] = 0
+    attn.o_proj.weight[:, :head_dim * group] = 0
 
 
 def _rope_theta(config) -> float:

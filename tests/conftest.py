@@ -46,6 +46,19 @@ def bm25s_engine(default_corpus):
 
 
 @pytest.fixture(scope="session")
+def micro_data(tmp_path_factory, default_corpus) -> Path:
+    """`python -m nano data --limit 300`: questions, trajectories and a tokenizer (shared by
+    the training tests)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("nano-data")
+    subprocess.run([sys.executable, "-m", "nano", "data", "--out", str(out), "--limit", "300"],
+                   cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def retriever_server(default_corpus):
     """`python -m retriever serve` on a free loopback port, default corpus, pyserini BM25."""
     port = free_port()

@@ -24,14 +24,6 @@ MICRO = dict(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=192, batch_t
              doc_weight=0.0, first_turns=True, content_weight=1.0)
 
 
-@pytest.fixture(scope="module")
-def micro_data(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("nano-data")
-    subprocess.run([sys.executable, "-m", "nano", "data", "--out", str(out), "--limit", "300"],
-                   cwd=ROOT, check=True, capture_output=True)
-    return out
-
-
 def _well_formed_first_turns(model_dir: Path, questions: list[str]) -> int:
     """How many first turns hold a parsable action (one turn each, greedy)."""
     from agent.backends.hf import TransformersBackend

@@ -66,14 +66,12 @@ def test_wire_induction_refuses_a_model_too_small_for_it():
         wire_induction(_fresh(hidden=64, heads=2))
 
 
-def test_train_cli_wires_the_fresh_model(tmp_path):
+def test_train_cli_wires_the_fresh_model(micro_data, tmp_path):
     """python -m nano train --wire-induction: the saved model (0 steps) copies, with rope_theta
     1e6; the same command without the flag gives a model at chance."""
     from transformers import Qwen2ForCausalLM
 
-    data = tmp_path / "data"
-    subprocess.run([sys.executable, "-m", "nano", "data", "--out", str(data), "--limit", "40"],
-                   cwd=ROOT, check=True, capture_output=True)
+    data = micro_data
     losses = {}
     for flag in ("--wire-induction", None):
         out = tmp_path / ("wired" if flag else "plain")
