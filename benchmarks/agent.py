@@ -126,12 +126,16 @@ class NaiveResult:
 class NaiveAgent:
     """One question at a time; each turn re-encodes the full text; one HTTP search per turn."""
 
-    def __init__(self, model_dir: Path, url: str, settings: AgentSettings):
+    def __init__(self, model_dir: Path, url: str, settings: AgentSettings,
+                 device: str = "cpu"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        # The dtype our backend picks on the device (bf16 on CUDA, as infer.py loads it).
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+        self.model.eval()
         self.url = url
         self.settings = settings
         self.eos_ids = [self.tokenizer.convert_tokens_to_ids(t)
@@ -154,6 +158,7 @@ class NaiveAgent:
         new_tokens = searches = 0
         for round_ in range(s.max_turns + 1):
             inputs = self.tokenizer(text, return_tensors="pt")  # the whole context, again
+            inputs = inputs.to(self.model.device)
             budget = min(s.max_new_tokens, s.max_context_tokens - inputs["input_ids"].shape[1])
             if budget <= 0:
                 break

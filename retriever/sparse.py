@@ -10,7 +10,9 @@ term-by-document score matrix), the same sums bm25s makes one query at a time.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,21 @@ _POSSESSIVE = re.compile(r"['’]s\b")
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 
+def _bm25s():
+    """bm25s, imported so that it leaves the GPU alone. Importing bm25s runs a JAX top-k
+    when JAX is installed, and JAX then takes 75 % of a GPU's memory in every process that
+    imported bm25s (the retriever server and the evaluator each): seen on an H200, where the
+    model that shared the GPU could not allocate 18 MB. Only bm25s's own import uses JAX
+    here (this engine scores with scipy), so JAX is kept on the CPU and its preallocation
+    off, unless the user has set either variable or imported JAX already."""
+    if "jax" not in sys.modules:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import bm25s
+
+    return bm25s
+
+
 def _stemmer():
     import Stemmer
 
@@ -37,8 +54,7 @@ MAX_SCORES_AT_ONCE = 16 * 2**20
 
 
 def _tokenize(texts: list[str], stemmer, return_ids: bool = True):
-    import bm25s
-
+    bm25s = _bm25s()
     texts = [_POSSESSIVE.sub("", t) for t in texts]
     return bm25s.tokenize(texts, lower=True, token_pattern=TOKEN_PATTERN, stopwords="en",
                           stemmer=stemmer, show_progress=False, return_ids=return_ids)
@@ -49,8 +65,7 @@ class SparseBM25(IsolatedSearch):
 
     def __init__(self, corpus: Path, index_dir: Path | None = None, k1: float = 0.9,
                  b: float = 0.4):
-        import bm25s
-
+        bm25s = _bm25s()
         self.records = load_records(corpus)
         self.stemmer = _stemmer()
         index_dir = index_dir or cache_dir() / "indexes" / corpus_key(corpus) / "bm25s"

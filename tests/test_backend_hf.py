@@ -156,3 +156,42 @@ def test_an_abandoned_stream_stops_generating_and_leaves_a_clean_cache(tiny_mode
     fresh = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
     expected = list(run_agent("second question", fresh, local_retriever, settings))[-1]
     assert after.trajectory == expected.trajectory
+
+
+def _forward_batch_sizes(backend):
+    """Record how many rows each forward pass of the model runs."""
+    seen: list[int] = []
+    original = backend.model.forward
+
+    def forward(*args, **kwargs):
+        seen.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    backend.model.forward = forward
+    return seen
+
+
+def test_a_straggler_row_decodes_alone_and_matches_one_by_one(tiny_models):
+    """Three rows stop after 3 tokens, one runs to 40: the three stop decoding with it."""
+    questions = ["who wrote hamlet", "capital of peru", "speed of light", "who painted it"]
+    budgets = [3, 3, 3, 40]
+    backend = TransformersBackend(str(tiny_models["random"]), reuse_cache=True)
+    contexts = [[protocol.build_prompt(q, backend.tokenizer)] for q in questions]
+    rows = _forward_batch_sizes(backend)
+    outputs = backend.generate(contexts, budgets, Sampling())
+    alone = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    for context, budget, output in zip(contexts, budgets, outputs, strict=True):
+        assert output == list(alone.stream(context, budget, Sampling()))[-1]
+    assert outputs[3].new_tokens == 40 and outputs[3].finish == "length"
+    assert rows.count(4) <= 3  # prefill and two decoding steps, then the cut
+    assert rows.count(1) >= 37  # the straggler's remaining steps, on its own
+
+    # The next round still continues every row from the cache: it feeds what was new.
+    fed = _first_forward_lengths(backend)
+    after = [c + [o.text, protocol.INVALID_ACTION_MESSAGE] for c, o in zip(contexts, outputs,
+                                                                          strict=True)]
+    again = backend.generate(after, [6] * 4, Sampling())
+    assert again == alone.generate(after, [6] * 4, Sampling())
+    new_for_straggler = (backend.count_tokens(outputs[3].text)
+                         + backend.count_tokens(protocol.INVALID_ACTION_MESSAGE))
+    assert fed[0] <= new_for_straggler < backend.count_tokens("".join(after[3])) // 2

@@ -303,3 +303,55 @@ def test_cli_index_reports(tmp_path, default_corpus):
     good = subprocess.run([sys.executable, "-m", "retriever", "search", "Plato", "--corpus",
                            str(corpus)], capture_output=True, text=True, check=True)
     assert "Doc 1(Title: " in good.stdout
+
+
+# A stand-in for JAX (this machine has none): bm25s runs `jax.lax.top_k` when it is
+# imported, which is where a real JAX would take the GPU. It records what it was told.
+_FAKE_JAX_LAX = '''
+import json, os
+def top_k(scores, k):
+    with open(os.environ["FAKE_JAX_RECORD"], "w") as out:
+        json.dump({name: os.environ.get(name)
+                   for name in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}, out)
+    return scores[:k], list(range(k))
+'''
+
+
+def _bm25s_sees(tmp_path, **env) -> dict:
+    """What JAX's environment was when bm25s called it, in a fresh interpreter that builds
+    the bm25s engine over a small corpus."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "fake"
+    (fake / "jax").mkdir(parents=True)
+    (fake / "jax" / "__init__.py").write_text("from jax import lax\n")
+    (fake / "jax" / "lax.py").write_text(_FAKE_JAX_LAX)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "contents": f'"T{i}"\nword {i}'}) + "\n"
+                              for i in range(5)))
+    record = tmp_path / "record.json"
+    root = Path(__file__).resolve().parent.parent
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
+    code = ("import sys; from retriever.sparse import SparseBM25; "
+            "engine = SparseBM25(__import__('pathlib').Path(sys.argv[1]), "
+            "index_dir=__import__('pathlib').Path(sys.argv[2])); "
+            "assert engine.search_batch(['word 3'], 1)[0][0].id == '3'")
+    subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / "index")],
+                   check=True, cwd=root,
+                   env={**clean, **env, "FAKE_JAX_RECORD": str(record),
+                        "PYTHONPATH": os.pathsep.join([str(fake), str(root)])})
+    return json.loads(record.read_text())
+
+
+def test_bm25s_keeps_jax_off_the_gpu(tmp_path):
+    assert _bm25s_sees(tmp_path) == {"JAX_PLATFORMS": "cpu",
+                                     "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def test_bm25s_leaves_a_users_jax_settings_alone(tmp_path):
+    seen = _bm25s_sees(tmp_path, JAX_PLATFORMS="cuda", XLA_PYTHON_CLIENT_PREALLOCATE="true")
+    assert seen == {"JAX_PLATFORMS": "cuda", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
