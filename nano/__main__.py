@@ -107,9 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     a = train_parser().parse_args(rest)
     values = {k: v for k, v in vars(a).items()
               if k not in ("data", "tokenizer", "out", "limit", "init")}
-    train(TrainConfig(data=Path(a.data), tokenizer=Path(a.tokenizer), out=Path(a.out),
-                      init=Path(a.init) if a.init else None,
-                      limit=int(a.limit) if a.limit else None, **values))
+    try:
+        train(TrainConfig(data=Path(a.data), tokenizer=Path(a.tokenizer), out=Path(a.out),
+                          init=Path(a.init) if a.init else None,
+                          limit=int(a.limit) if a.limit else None, **values))
+    except ValueError as err:  # bad flags or data: the message says what to change
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

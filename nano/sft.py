@@ -76,12 +76,18 @@ class TrainConfig:
     swap_answers: float = 0.0
     # Write an induction circuit into the fresh model's weights before training (nano/wire.py;
     # rope_theta becomes 1e6 so its matching head's rotary pairs barely turn). Only from
-    # scratch: --init weights are taken as they are.
+    # scratch: refused together with --init.
     wire_induction: bool = False
     seed: int = 0
     threads: int = 2
     save_every: int = 100
     log_every: int = 25
+
+    def __post_init__(self) -> None:
+        if self.wire_induction and self.init is not None:
+            raise ValueError(f"--wire-induction writes a circuit into fresh weights, and --init "
+                             f"{self.init} gives trained ones that would be used as they are: "
+                             "pass one of the two.")
 
 
 def encode_record(record: dict, tokenizer, turns: int | None = None

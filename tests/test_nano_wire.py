@@ -86,3 +86,17 @@ def test_train_cli_wires_the_fresh_model(micro_data, tmp_path):
         assert params.get("rope_theta") == (1e6 if flag else 10000.0)
         losses[flag] = _copy_loss(model)
     assert losses["--wire-induction"] < 1.0 < 7.0 < losses[None], losses
+
+
+def test_train_cli_refuses_wiring_given_weights(micro_data, tmp_path):
+    """--wire-induction with --init: a clear error, exit 2, and nothing written to --out."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "nano", "train", "--data",
+               str(micro_data / "train.jsonl"), "--tokenizer", str(micro_data / "tokenizer"),
+               "--out", str(out), "--init", str(ROOT / "assets" / "nano-agent"),
+               "--wire-induction", "--steps", "0", "--threads", "1"]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "error: --wire-induction writes a circuit into fresh weights" in result.stderr
+    assert "pass one of the two" in result.stderr and "Traceback" not in result.stderr
+    assert not out.exists()
