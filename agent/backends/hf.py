@@ -53,7 +53,8 @@ class _BatchCache:
         from transformers import DynamicCache
 
         index = torch.tensor(picks)
-        layers = [(layer.keys[index], layer.values[index]) for layer in self.cache.layers]
+        layers = [(layer.keys[index.to(layer.keys.device)],
+                   layer.values[index.to(layer.values.device)]) for layer in self.cache.layers]
         return _BatchCache(self.ids[index], self.mask[index], DynamicCache(layers, config=config),
                            [self.columns[p] for p in picks], [self.tokens[p] for p in picks])
 
