@@ -4,7 +4,10 @@ One question's turns share a KV cache: the next turn feeds only the tokens the c
 not hold yet (the observation, and whatever re-tokenizing the cut turn changed), where
 Search-R1's infer.py re-encodes the whole context every turn.
 
-Why ~320 lines: streaming, batched generation and the KV-cache bookkeeping they share are
+A batched turn does not wait for its slowest row: once three quarters of the rows have
+stopped, the rest go on alone from a copy of their cache (`_StragglerCut`).
+
+Why ~470 lines: streaming, batched generation and the KV-cache bookkeeping they share are
 one backend; split, the cache rules would be read in three places.
 """
 
@@ -142,7 +145,6 @@ class _StragglerCut:
         self.stops, self.width = stops, width
         self.eos_ids, self.budgets = eos_ids, budgets
         self.done = None
-        self.cut = False
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
@@ -157,7 +159,6 @@ class _StragglerCut:
                       | (self._budgets <= steps))
         running = int((~self.done).sum())
         if running and 4 * running <= len(self.done):
-            self.cut = True
             return torch.ones_like(self.done)
         return self.done
 
@@ -370,7 +371,6 @@ class TransformersBackend(TokenizerText):
                  sampling: Sampling,
                  keep_last: Sequence[int | None] | None = None) -> list[TurnOutput]:
         import torch
-        from transformers import DynamicCache
 
         keep_last = keep_last or [None] * len(contexts)
         # A left-cut row starts unlike its cached row, so `extend` finds no match and the
@@ -380,12 +380,7 @@ class TransformersBackend(TokenizerText):
             # Taken, not borrowed: a failed generate must not leave a half-updated cache.
             batch, self._batch = self._batch, None
             plan = batch.extend(rows, self.pad_id) if batch is not None else None
-            if plan is None:  # a new batch: left padding puts every next token in one column
-                width = max(len(r) for r in rows)
-                input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
-                mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-                plan = (input_ids, mask, DynamicCache(config=self.model.config))
-            input_ids, mask, cache = plan
+            input_ids, mask, cache = plan or self._new_batch(rows)
             out, new = self._generate_rows(input_ids, mask, cache, max_new_tokens, sampling)
             self._finish_stragglers(rows, new, out, mask, max_new_tokens, sampling)
         outputs, kept_tokens = [], []
@@ -411,6 +406,16 @@ class TransformersBackend(TokenizerText):
         if self.reuse_cache:  # a row continued on its own is cached up to where it was cut
             self._batch = _BatchCache.after(out.sequences, mask, out.cache, kept_tokens)
         return outputs
+
+    def _new_batch(self, rows: list[list[int]]):
+        """(input_ids, mask, empty cache): left padding puts every next token in one column."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(len(r) for r in rows)
+        input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        return input_ids, mask, DynamicCache(config=self.model.config)
 
     def _generate_rows(self, input_ids, mask, cache, budgets: Sequence[int],
                        sampling: Sampling):
@@ -449,8 +454,9 @@ class TransformersBackend(TokenizerText):
         state = _BatchCache.after(out.sequences, mask, out.cache, [generated] * len(new))
         state = state.subset(running, self.model.config)
         while running:
-            input_ids, row_mask, cache = state.extend([rows[i] + new[i] for i in running],
-                                                      self.pad_id)
+            contexts = [rows[i] + new[i] for i in running]
+            plan = state.extend(contexts, self.pad_id)
+            input_ids, row_mask, cache = plan or self._new_batch(contexts)
             left = [budgets[i] - len(new[i]) for i in running]
             step, more = self._generate_rows(input_ids, row_mask, cache, left, sampling)
             for i, ids in zip(running, more, strict=True):
