@@ -131,9 +131,10 @@ class NaiveAgent:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from agent.backends.hf import auto_dtype
+
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        # The dtype our backend picks on the device (bf16 on CUDA, as infer.py loads it).
-        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        dtype = getattr(torch, auto_dtype(device))  # the dtype our backend picks there
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
         self.model.eval()
         self.url = url

@@ -336,9 +336,8 @@ def _bm25s_sees(tmp_path, **env) -> dict:
     root = Path(__file__).resolve().parent.parent
     clean = {k: v for k, v in os.environ.items()
              if k not in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
-    code = ("import sys; from retriever.sparse import SparseBM25; "
-            "engine = SparseBM25(__import__('pathlib').Path(sys.argv[1]), "
-            "index_dir=__import__('pathlib').Path(sys.argv[2])); "
+    code = ("import sys; from pathlib import Path; from retriever.sparse import SparseBM25; "
+            "engine = SparseBM25(Path(sys.argv[1]), index_dir=Path(sys.argv[2])); "
             "assert engine.search_batch(['word 3'], 1)[0][0].id == '3'")
     subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / "index")],
                    check=True, cwd=root,

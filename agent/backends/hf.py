@@ -103,6 +103,12 @@ def pick_device(device: str = "auto") -> str:
     return "cpu"
 
 
+def auto_dtype(device: str) -> str:
+    """The dtype a model is loaded in when none is given: bf16 on CUDA (as Search-R1's
+    infer.py loads it), fp32 elsewhere."""
+    return "bfloat16" if device == "cuda" else "float32"
+
+
 def _eos_ids(tokenizer, model) -> list[int]:
     """The tokenizer's and model's EOS ids, plus Qwen2.5's two when the vocabulary has them."""
     ids = set()
@@ -208,7 +214,7 @@ class TransformersBackend(TokenizerText):
         check_loadable(model)
         self.device = pick_device(device)
         if dtype == "auto":
-            dtype = "bfloat16" if self.device == "cuda" else "float32"
+            dtype = auto_dtype(self.device)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(model,
                                                            trust_remote_code=trust_remote_code)
@@ -446,28 +452,22 @@ class TransformersBackend(TokenizerText):
         state, until each ends; their new ids are appended to `new` in place."""
         import dataclasses
 
-        running = [i for i, ids in enumerate(new) if not self._ended(ids, budgets[i])]
-        if not running:
-            return
         sampling = dataclasses.replace(sampling, seed=None)  # seeded once, at the start
-        generated = out.sequences.shape[1] - mask.shape[1]
-        state = _BatchCache.after(out.sequences, mask, out.cache, [generated] * len(new))
-        state = state.subset(running, self.model.config)
-        while running:
+        step, step_mask, in_step = out, mask, list(range(len(new)))  # the last generate's rows
+        while running := [i for i in in_step if not self._ended(new[i], budgets[i])]:
+            generated = step.sequences.shape[1] - step_mask.shape[1]
+            state = _BatchCache.after(step.sequences, step_mask, step.cache,
+                                      [generated] * len(in_step))
+            state = state.subset([in_step.index(i) for i in running], self.model.config)
             contexts = [rows[i] + new[i] for i in running]
-            plan = state.extend(contexts, self.pad_id)
-            input_ids, row_mask, cache = plan or self._new_batch(contexts)
-            left = [budgets[i] - len(new[i]) for i in running]
-            step, more = self._generate_rows(input_ids, row_mask, cache, left, sampling)
+            input_ids, step_mask, cache = (state.extend(contexts, self.pad_id)
+                                           or self._new_batch(contexts))
+            step, more = self._generate_rows(input_ids, step_mask, cache,
+                                             [budgets[i] - len(new[i]) for i in running],
+                                             sampling)
             for i, ids in zip(running, more, strict=True):
                 new[i].extend(ids)
-            still = [k for k, i in enumerate(running) if not self._ended(new[i], budgets[i])]
-            if still:
-                generated = step.sequences.shape[1] - row_mask.shape[1]
-                state = _BatchCache.after(step.sequences, row_mask, step.cache,
-                                          [generated] * len(running))
-                state = state.subset(still, self.model.config)
-            running = [running[k] for k in still]
+            in_step = running
 
     def _tokens_until(self, ids: list[int], chars: int) -> int:
         """How many of `ids` it takes for the decoded text to reach `chars` characters."""
