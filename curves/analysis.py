@@ -28,9 +28,8 @@ with every threshold in `PhaseRule`:
 * Long runs are analysed on at most `max_points` bin means (consecutive steps averaged),
   so the cost stays bounded whatever the log length; onsets are then bin starts.
 
-Why ~490 lines: the phase rule is one algorithm (piecewise fit, onset refinement, stand-in
-series, reward collapse, gradient spikes) and the summary table that reports it; read it
-top to bottom.
+The phase rule is one algorithm (piecewise fit, onset refinement, stand-in series, reward
+collapse, gradient spikes), followed by the summary table that reports it.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ streams it, and returns a `ParsedFile` holding one or more `TrainingRun`s. Every
 with the input becomes a `LogFormatError` whose message says what was wrong and what to
 do; lines that fail to parse are counted and reported instead of aborting the file.
 
-Why one module of ~660 lines: format detection and the six readers share the step-segment
-builder, the console-line patterns, the size guards and the error wording; split apart,
-each part would reach into the others' private helpers.
+Format detection and the readers live together because they share the step-segment
+builder, the console-line patterns, the size guards and the error wording.
 """
 
 from __future__ import annotations
@@ -29,10 +28,14 @@ from curves.runs import TrainingRun, make_run, recognised_keys
 
 MAX_BYTES = 200 * 1024 * 1024
 HEAD_BYTES = 64 * 1024
-# A parquet file's size says nothing of what it holds (a 0.24 MB file can expand to 450 MB):
-# its numeric cells, read off the metadata before anything is read, are capped instead.
-MAX_PARQUET_CELLS = 10_000_000  # 80 MB of float64: ~10k steps x 1,000 metrics
+# A parquet file's size says nothing of what it holds: repeated values compress to almost
+# nothing, and a dictionary stores a value once for any number of rows. Only fixed-width
+# numeric columns are read, so their decoded size is rows x byte widths, known from the
+# metadata before anything is read; that is what is capped.
+MAX_PARQUET_BYTES = 80 * 2**20  # ~10k steps x 1,000 float64 metrics
 MAX_PARQUET_COLUMNS = 20_000
+# Steps are stored as int64: a step outside that range cannot index a row.
+STEP_RANGE = (-(2**63), 2**63)
 
 FORMAT_NAMES = {
     "verl-console": "verl console log (step:N - key:value - ...)",
@@ -228,11 +231,15 @@ class _Segments:
         self.segments: list[tuple[str | None, list[int], list[tuple[tuple, list]]]] = []
         self._name: str | None = None
         self._pending_name: str | None = None
+        self.out_of_range = 0  # rows skipped: their step does not fit in int64
 
     def set_name(self, name: str) -> None:
         self._pending_name = name
 
     def add(self, step: int, keys: tuple, values: list[float]) -> None:
+        if not STEP_RANGE[0] <= step < STEP_RANGE[1]:
+            self.out_of_range += 1
+            return
         seg = self.segments[-1] if self.segments else None
         new_name = self._pending_name is not None and self._pending_name != self._name
         if seg is None or step < seg[1][-1] or new_name:
@@ -267,6 +274,8 @@ class _Segments:
         if len(merged) > 1:
             notes.append(f"the file holds {len(merged)} runs (the step count restarts); "
                          "they are shown as separate runs")
+        if self.out_of_range:
+            notes.append(_out_of_range_note(self.out_of_range))
         runs: list[TrainingRun] = []
         used: dict[str, int] = {}
         for name, table, run_notes in merged:
@@ -275,6 +284,11 @@ class _Segments:
             label = base if used[base] == 1 else f"{base} #{used[base]}"
             runs.append(make_run(label, table, source, fmt, run_notes))
         return runs, notes
+
+
+def _out_of_range_note(count: int) -> str:
+    return (f"{count} row(s) had a step outside the 64-bit range "
+            f"({STEP_RANGE[0]:,} to {STEP_RANGE[1] - 1:,}) and were skipped")
 
 
 def _rows_to_table(steps: list[int], rows: list[tuple[tuple, list]]) -> pd.DataFrame:
@@ -506,13 +520,18 @@ def _split_wandb_columns(columns: list[str]) -> dict[str, dict[str, str]] | None
     return by_run or None
 
 
-def _table_from_frame(frame: pd.DataFrame, step_col: str, columns: dict[str, str]) -> pd.DataFrame:
-    steps = pd.to_numeric(frame[step_col], errors="coerce")
+def _steps_in_range(steps: pd.Series) -> pd.Series:
+    """True where the step is a number that fits in int64."""
+    as_float = steps.astype("float64")  # exact at the bounds, which are powers of two
+    return as_float.notna() & (as_float >= STEP_RANGE[0]) & (as_float < STEP_RANGE[1])
+
+
+def _table_from_frame(frame: pd.DataFrame, steps: pd.Series,
+                      columns: dict[str, str]) -> pd.DataFrame:
+    """The step x key table of `columns`; `steps` are numeric and in range (checked)."""
     data = {key: pd.to_numeric(frame[col], errors="coerce") for key, col in columns.items()}
     table = pd.DataFrame(data)
-    table.index = steps
-    table = table[table.index.notna()]
-    table.index = table.index.astype("int64")
+    table.index = steps.astype("int64")
     table = table.dropna(how="all")
     # Repeated steps (a resumed run exported as one history): the later row wins.
     return table[~table.index.duplicated(keep="last")]
@@ -527,6 +546,12 @@ def _runs_from_frame(frame: pd.DataFrame, path: str,
     columns = [str(c) for c in frame.columns]
     frame.columns = columns
     notes: list[str] = []
+    steps = pd.to_numeric(frame[step_col], errors="coerce")
+    numeric_step = steps.notna()
+    in_range = _steps_in_range(steps)
+    if (numeric_step & ~in_range).any():
+        notes.append(_out_of_range_note(int((numeric_step & ~in_range).sum())))
+    frame, steps = frame[in_range], steps[in_range]
     stem = Path(path).stem.removesuffix("-history")
     dropped = [c for c in columns if c.endswith(("__MIN", "__MAX"))]
     if dropped:
@@ -546,10 +571,10 @@ def _runs_from_frame(frame: pd.DataFrame, path: str,
         groups = {stem: numeric}
     runs: list[TrainingRun] = []
     for name, cols in groups.items():
-        table = _table_from_frame(frame, step_col, cols)
+        table = _table_from_frame(frame, steps, cols)
         if len(table):
             runs.append(make_run(name, table, path, fmt))
-    if frame[step_col].duplicated().any():
+    if steps.duplicated().any():
         notes.append("some steps appear more than once; the later row is kept")
     return runs, notes
 
@@ -578,10 +603,18 @@ def _count_data_lines(path: str) -> int:
     return max(0, count - 1)
 
 
-def read_parquet(path: str) -> ParsedFile:
-    """A W&B `<run-id>-history` parquet artifact: its step and numeric columns only, and
-    only when their cells fit MAX_PARQUET_CELLS (checked on the metadata, before reading)."""
+def _fixed_width_numeric(data_type) -> bool:
     import pyarrow as pa
+
+    return pa.types.is_integer(data_type) or pa.types.is_floating(data_type) or \
+        pa.types.is_boolean(data_type)
+
+
+def read_parquet(path: str) -> ParsedFile:
+    """A W&B `<run-id>-history` parquet artifact: its numeric step column and its other
+    fixed-width numeric columns only, and only when their decoded size (rows x byte widths,
+    from the metadata) fits MAX_PARQUET_BYTES. Text, list and dictionary-encoded columns are
+    never read: their decoded size is not known before decoding them."""
     import pyarrow.parquet as pq
 
     try:
@@ -591,18 +624,27 @@ def read_parquet(path: str) -> ParsedFile:
     except Exception as exc:  # pyarrow raises several unrelated types for damaged files
         raise LogFormatError(f"the parquet file is damaged or truncated ({exc}); download the "
                              "W&B history artifact again") from None
-    numeric = [f.name for f in schema if f.name in STEP_COLUMNS or pa.types.is_integer(f.type)
-               or pa.types.is_floating(f.type) or pa.types.is_boolean(f.type)]
-    if len(schema) > MAX_PARQUET_COLUMNS or rows * len(numeric) > MAX_PARQUET_CELLS:
+    step_col = next((name for name in STEP_COLUMNS if name in schema.names), None)
+    if step_col is None:
+        raise LogFormatError(f"no step column (looked for {', '.join(STEP_COLUMNS)}); "
+                             f"columns found: {_preview(schema.names)}")
+    step_type = schema.field(step_col).type
+    if not _fixed_width_numeric(step_type):
+        kind = "string" if "string" in str(step_type) else str(step_type)
+        raise LogFormatError(f"the step column {step_col!r} holds {kind} values, not numbers; "
+                             "export the history with a numeric _step column")
+    numeric = [f for f in schema if _fixed_width_numeric(f.type)]
+    width = sum(max(f.type.bit_width, 8) // 8 for f in numeric)
+    decoded = rows * width
+    if len(schema) > MAX_PARQUET_COLUMNS or decoded > MAX_PARQUET_BYTES:
         size = os.path.getsize(path) / 2**20
         raise LogFormatError(
             f"the parquet file ({size:.2f} MB) expands to {rows:,} rows x {len(numeric):,} "
-            f"numeric columns ({rows * len(numeric) * 8 / 2**20:,.0f} MB in memory; "
-            f"{len(schema):,} columns in all), over the limit of "
-            f"{MAX_PARQUET_CELLS * 8 / 2**20:.0f} MB and {MAX_PARQUET_COLUMNS:,} columns; "
-            "export fewer metrics or a sampled history from W&B")
+            f"numeric columns ({decoded:,} bytes in memory; {len(schema):,} columns in all), "
+            f"over the limit of {MAX_PARQUET_BYTES:,} bytes and {MAX_PARQUET_COLUMNS:,} "
+            "columns; export fewer metrics or a sampled history from W&B")
     try:
-        frame = handle.read(columns=numeric).to_pandas()
+        frame = handle.read(columns=[f.name for f in numeric]).to_pandas()
     except Exception as exc:
         raise LogFormatError(f"the parquet file is damaged or truncated ({exc}); download the "
                              "W&B history artifact again") from None

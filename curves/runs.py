@@ -165,12 +165,6 @@ def validation_dataset(key: str) -> str | None:
     return dataset
 
 
-def metric_label(metric_id: str) -> str:
-    if metric_id.startswith("val:"):
-        return f"validation score, {metric_id[4:]}"
-    return CANONICAL_BY_ID[metric_id].label
-
-
 def recognised_keys(columns: list[str] | pd.Index) -> list[str]:
     """Raw keys in `columns` that map to a canonical series."""
     return sorted(set(resolve_metrics(columns).values()))

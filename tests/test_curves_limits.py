@@ -1,4 +1,4 @@
-"""Curves under big or odd input (issue 12) and plain GRPO logs (issue 14), on SYNTHETIC
+"""Curves under big or odd input and plain GRPO logs, on SYNTHETIC
 logs: bounded traces, a long first JSON line, the parquet guard, the stand-in phases."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from curves import analyze_uploads
 from curves.analysis import analyse_run, bin_means
 from curves.downsample import MAX_POINTS, extreme_indices
-from curves.parse import MAX_PARQUET_CELLS, LogFormatError, read_log
+from curves.parse import MAX_PARQUET_BYTES, LogFormatError, read_log
 from curves.report import render_report
 from curves.runs import make_run
 from curves.synthetic import (
@@ -127,7 +127,7 @@ def test_a_parquet_that_expands_past_the_limit_is_refused_before_reading(tmp_pat
     chunk = 1_000_000
     zeros = pa.array(np.zeros(chunk, dtype="int64"))
     with pq.ParquetWriter(path, schema, compression="zstd") as writer:
-        for _ in range(MAX_PARQUET_CELLS // chunk // 2 + 1):
+        for _ in range(MAX_PARQUET_BYTES // 8 // chunk // 2 + 1):
             writer.write_table(pa.table([zeros, zeros.cast(pa.float64()),
                                          pa.nulls(chunk, pa.string())], schema=schema))
     assert path.stat().st_size < 2**20
@@ -181,3 +181,70 @@ def test_the_report_and_the_cli_say_where_each_phase_came_from(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "phase II from actor/entropy_loss" in done.stdout
     assert "phases II/III come from a rising entropy" in done.stdout
+
+
+def test_a_dictionary_encoded_parquet_is_refused_before_it_is_decoded(tmp_path):
+    """One long string stored once in a dictionary and referenced by every row: a few KB on
+    disk, hundreds of MB once each row is materialised."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = 2048
+    repeated = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
+                                              pa.array(["7" * 65536]))
+    path = tmp_path / "bomb-history.parquet"
+    pq.write_table(pa.table({"_step": repeated, "critic/score/mean": [0.5] * rows}), path,
+                   compression="zstd")
+    assert path.stat().st_size < 64 * 1024
+    with pytest.raises(LogFormatError, match=r"step column '_step' holds string values"):
+        read_log(path)
+    # A numeric step beside a dictionary-encoded text column: the text is never read.
+    beside = tmp_path / "text-beside-history.parquet"
+    pq.write_table(pa.table({"_step": list(range(rows)), "notes": repeated,
+                             "critic/score/mean": [0.5] * rows}), beside, compression="zstd")
+    run = read_log(beside).runs[0]
+    assert len(run.table) == rows and "notes" not in run.table.columns
+
+
+def test_the_decoded_size_of_a_parquet_is_bounded_by_its_column_widths(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from curves import parse
+
+    path = tmp_path / "wide-history.parquet"
+    rows = 1000
+    pq.write_table(pa.table({"_step": pa.array(range(rows), pa.int64()),
+                             "critic/score/mean": pa.array([0.5] * rows, pa.float32())}), path)
+    monkeypatch.setattr(parse, "MAX_PARQUET_BYTES", 11_999)
+    with pytest.raises(LogFormatError, match=r"12,000 bytes in memory.*limit of 11,999 bytes"):
+        read_log(path)
+    monkeypatch.setattr(parse, "MAX_PARQUET_BYTES", 12_000)
+    assert len(read_log(path).runs[0].table) == rows
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "log", "parquet"])
+def test_a_step_past_int64_skips_that_row_with_a_note(tmp_path, suffix):
+    huge = 2**63
+    steps, scores = [1, 2, huge, 3], [0.1, 0.2, 0.3, 0.4]
+    path = tmp_path / f"big.{suffix}"
+    if suffix == "jsonl":
+        path.write_text("".join(json.dumps({"step": s, "critic/score/mean": v}) + "\n"
+                                for s, v in zip(steps, scores, strict=True)))
+    elif suffix == "csv":
+        path.write_text("step,critic/score/mean\n"
+                        + "".join(f"{s},{v}\n" for s, v in zip(steps, scores, strict=True)))
+    elif suffix == "log":
+        path.write_text("".join(f"step:{s} - critic/score/mean:{v}\n"
+                                for s, v in zip(steps, scores, strict=True)))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"_step": pa.array(steps, pa.uint64()),
+                                 "critic/score/mean": scores}), path)
+    parsed = read_log(path)
+    table = parsed.runs[0].table
+    assert list(table.index) == [1, 2, 3]
+    assert list(table["critic/score/mean"]) == [0.1, 0.2, 0.4]
+    assert any("1 row(s) had a step outside the 64-bit range" in n for n in parsed.notes)

@@ -136,7 +136,7 @@ def test_html_report_is_self_contained(result):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.curves", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "curves", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -160,7 +160,7 @@ def test_cli_bad_file_exits_nonzero_without_traceback(uploads, tmp_path):
 
 
 def test_cli_as_in_the_readme_two_train_logs_in_run_folders(tmp_path):
-    """`python -m app.curves runs/grpo/train.log runs/llds-a/train.log --out report.html`
+    """`python -m curves runs/grpo/train.log runs/llds-a/train.log --out report.html`
     on the shipped nano runs: same file name, same run name inside; both are plotted, told
     apart by their folders."""
     shipped = ROOT / "assets" / "nano-runs"
@@ -168,7 +168,7 @@ def test_cli_as_in_the_readme_two_train_logs_in_run_folders(tmp_path):
         (tmp_path / "runs" / folder).mkdir(parents=True)
         text = (shipped / run / "train.log").read_text(encoding="utf-8")
         (tmp_path / "runs" / folder / "train.log").write_text(text, encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "app.curves", "runs/grpo/train.log",
+    proc = subprocess.run([sys.executable, "-m", "curves", "runs/grpo/train.log",
                            "runs/llds-a/train.log", "--out", "report.html"], cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=120)
