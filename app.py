@@ -65,7 +65,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from agent.config import backend_options, make_retriever
     from app.ui import build_app, launch_options
-    from app.ui.evaluate_tab import evaluate_tab
     from app.ui.model_pool import warm_up
 
     pair, access = studio_plan(args)
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         warm_up(retriever)  # the JVM and the index start while the page loads
     demo = build_app(backend_options(args).load, retriever, default_model=args.model,
                      baseline_model=pair[0], concurrency=args.concurrency,
-                     extra_tabs=[evaluate_tab], access=access, compare_pair=pair)
+                     access=access, compare_pair=pair)
     demo.launch(**launch_options(args.host, args.port, args.share))
 
 

@@ -26,6 +26,7 @@ AUTO = "auto"  # what --model means when not given: `default_model()` decides
 NANO = "nano"  # the nano search agent (assets/nano-agent)
 NANO_GRPO = "nano-grpo"  # the nano agent after GRPO (assets/nano-runs/…)
 NANO_LLDS = "nano-llds"  # the nano agent after GRPO + LLDS
+NANO_MODELS = (NANO, NANO_GRPO, NANO_LLDS)
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,17 @@ def default_pair(model: str) -> tuple[str, str]:
     and whichever of them ships, else the nano agent twice. Beside any other model: the
     Search-R1 PPO baseline.
     """
-    if model not in (NANO, NANO_GRPO, NANO_LLDS):
+    if not is_nano(model):
         return DEFAULT_BASELINE, model
     if shipped(NANO_GRPO) and shipped(NANO_LLDS):
         return NANO_GRPO, NANO_LLDS
     other = next((m for m in (NANO_LLDS, NANO_GRPO) if shipped(m)), NANO)
     return NANO, other
+
+
+def is_nano(model: str | None) -> bool:
+    """`model` is one of the nano agents this repository ships (named by its short id)."""
+    return model in NANO_MODELS
 
 
 def label(model: str) -> str:

@@ -19,6 +19,7 @@ import pytest
 from agent.backends.base import ModelLoadError
 from agent.testing import ROOT, free_port
 from app.ui.access import Access, is_loopback
+from app.ui.context import Studio
 from app.ui.evaluate_tab import evaluate_sample, run_dir_for
 from app.ui.inputs import InputError
 from app.ui.model_pool import ModelPool, ModelStatus, run_model
@@ -51,10 +52,9 @@ class Factory:
 
 def launch(factory, retriever, access: Access | None = None):
     from app.ui import build_app, launch_options
-    from app.ui.evaluate_tab import evaluate_tab
 
     demo = build_app(factory, retriever, default_model="test/llds", baseline_model="test/grpo",
-                     extra_tabs=[evaluate_tab], access=access)
+                     access=access)
     port = free_port()
     demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
     return demo, f"http://127.0.0.1:{port}/"
@@ -72,6 +72,11 @@ def chat_text(chat) -> str:
 
 
 ASK_DEFAULTS = (True, 0.7, 1.0, 4, 3, 500)
+
+
+def studio_with(backend, retriever, access: Access | None = None) -> Studio:
+    return Studio(pool=ModelPool(lambda model: backend), retriever=retriever,
+                  access=access or Access())
 
 
 # The access policy -----------------------------------------------------------------------
@@ -153,30 +158,22 @@ def test_data_errors_shown_to_visitors_of_an_exposed_studio_quote_no_record(
     secret = {"id": "1", "not_question": "s3cr3t-api-key", "golden_answers": ["x"]}
     (tmp_path / "data" / "nq" / "test.jsonl").write_text(json.dumps(secret) + "\n")
 
-    class Studio:
-        pool = ModelPool(lambda model: scripted())
-        retriever = local_retriever
-        access = Access(exposed=True, open=True)  # paths allowed, still exposed
-
-    summary, _ = evaluate_sample(Studio(), "m", "nq", 3, 0, str(tmp_path / "data"), 4)
+    studio = studio_with(scripted(), local_retriever,
+                         Access(exposed=True, open=True))  # paths allowed, still exposed
+    summary, _ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
     assert "Could not load nq" in summary and "s3cr3t" not in summary
-    Studio.access = Access()  # on loopback the operator sees the whole message
-    summary, _ = evaluate_sample(Studio(), "m", "nq", 3, 0, str(tmp_path / "data"), 4)
+    studio.access = Access()  # on loopback the operator sees the whole message
+    summary, _ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
     assert "Could not load nq" in summary and "question" in summary
 
 
 # Seeds and the Evaluate tab's run directory -------------------------------------------------
-class _Studio:
-    def __init__(self, backend, retriever):
-        self.pool = ModelPool(lambda model: backend)
-        self.retriever = retriever
-
 
 def test_seeds_are_bounded_integers_and_share_one_run_directory(tmp_path, monkeypatch,
                                                                 local_retriever):
     monkeypatch.chdir(tmp_path)
     data = str(write_fixture(tmp_path / "data", n_copies=3))
-    studio = _Studio(scripted(), local_retriever)
+    studio = studio_with(scripted(), local_retriever)
     for seed in (1, 2, 3):
         summary, table = evaluate_sample(studio, "scripted-model", "nq", 3, seed, data, 4)
         assert "3 of 3 questions scored" in summary and len(table) == 3
@@ -208,7 +205,7 @@ def test_an_incomplete_run_says_so_and_that_rerunning_resumes(tmp_path, monkeypa
                                                               local_retriever):
     monkeypatch.chdir(tmp_path)
     data = str(write_fixture(tmp_path / "data"))
-    studio = _Studio(scripted(), _DownRetriever())
+    studio = studio_with(scripted(), _DownRetriever())
     summary, table = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
     assert "Incomplete" in summary and "4 of 4 questions ended in an error" in summary
     assert "refused the connection" in summary and "resume" in summary

@@ -89,12 +89,11 @@ def test_examples_file_round_trip_and_bad_files(tmp_path, tiny_models, monkeypat
 
 def launch_nano_studio(retriever, examples_file, monkeypatch):
     from app.ui import build_app, launch_options
-    from app.ui.evaluate_tab import evaluate_tab
 
     monkeypatch.setattr(examples_module, "EXAMPLES_FILE", examples_file)
     pair = models.default_pair(NANO)
     demo = build_app(BackendOptions(device="cpu").load, retriever, default_model=NANO,
-                     baseline_model=pair[0], compare_pair=pair, extra_tabs=[evaluate_tab])
+                     baseline_model=pair[0], compare_pair=pair)
     port = free_port()
     demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
     return demo, f"http://127.0.0.1:{port}/"

@@ -22,7 +22,7 @@ from agent.events import (
 from agent.loop import AgentSettings
 from app.ui import exports
 from app.ui import transcript as fold
-from app.ui.ask_tab import settings_from_controls, validate_question
+from app.ui.controls import settings_from_controls, validate_question
 from app.ui.model_pool import ModelPool, ModelStatus, run_model
 from app.ui.run_registry import RunRegistry, pump
 from app.ui.transcript import Transcript, TurnPart, split_turn

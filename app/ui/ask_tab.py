@@ -1,6 +1,6 @@
 """The Ask tab: one question, the reasoning streamed (thoughts, searches with their
-documents, the answer), raw text, exports. It owns the decoding controls the Compare tab
-reuses.
+documents, the answer), raw text, exports. It shows the studio's decoding controls, which
+the Compare tab reads too.
 """
 
 from __future__ import annotations
@@ -9,22 +9,14 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from agent.loop import AgentSettings
 from app.ui import inputs
 from app.ui import transcript as fold
+from app.ui.context import CORPUS_EXAMPLES, Studio, session_of
+from app.ui.controls import settings_from_controls, validate_question
 from app.ui.exports import remove_exports, write_exports
 from app.ui.model_pool import run_model, status_markdown
 from app.ui.run_registry import pump
-from app.ui.studio import Studio, session_of
 
-MAX_QUESTION_CHARS = 2000
-CORPUS_EXAMPLES = [
-    "Who directed 2001: A Space Odyssey?",
-    "What is the speed of light?",
-    "Who painted the Mona Lisa?",
-    "When did the Berlin Wall fall?",
-    "Who wrote Pride and Prejudice?",
-]
 BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may lack the facts
     "who got the first nobel prize in physics",
     "when was the last time anyone was on the moon",
@@ -33,67 +25,6 @@ BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may l
 ]
 ASK_SLOTS = ("ask",)
 EMPTY_STATS = "Turn – · 0 searches · 0 tokens"
-# The decoding controls: (label, minimum, maximum, step, default); the sliders and the
-# handler's own check read the same bounds.
-CONTROLS = {"temperature": ("Temperature", 0.05, 1.5, 0.05, 0.7),
-            "top_p": ("Top-p", 0.05, 1.0, 0.05, 1.0),
-            "max_turns": ("Max turns (with search)", 1, 8, 1, 4),
-            "topk": ("Documents per search (top-k)", 1, 10, 1, 3),
-            "max_new_tokens": ("Max new tokens per turn", 32, 1024, 1, 500)}
-
-
-def control(name: str) -> inputs.Slider:
-    label, low, high, step, default = CONTROLS[name]
-    return inputs.Slider(low, high, value=default, step=step, label=label)
-
-
-def checked(name: str, value, integer: bool = False):
-    label, low, high, _, _ = CONTROLS[name]
-    return inputs.number(label, value, low, high, integer=integer)
-
-
-def nano_examples(studio: Studio) -> list[str]:
-    """Held-out questions the nano agent answers (assets/ask_examples.json), when the
-    studio's default model is a nano one; [] otherwise."""
-    from agent.models import NANO, NANO_GRPO, NANO_LLDS
-    from app.ui.examples import load_examples
-
-    nano = (NANO, NANO_GRPO, NANO_LLDS)
-    if studio.default_model not in nano and not set(studio.compare_pair or ()) & set(nano):
-        return []
-    return load_examples()
-
-
-def ask_examples(studio: Studio) -> list[str]:
-    """Questions for the Ask tab's first examples (and the Compare tab's first question)."""
-    return nano_examples(studio) or CORPUS_EXAMPLES
-
-
-def first_example(studio: Studio) -> str:
-    return ask_examples(studio)[0]
-
-
-def validate_question(question: str | None) -> str | None:
-    """Why the question can't be asked (a message for the user), or None when it can."""
-    text = (question or "").strip()
-    if not text:
-        return "Please type a question first."
-    if len(text) > MAX_QUESTION_CHARS:
-        return (f"That question is {len(text):,} characters long; the limit is "
-                f"{MAX_QUESTION_CHARS:,}. Please shorten it.")
-    return None
-
-
-def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_turns: int,
-                           topk: int, max_new_tokens: int) -> AgentSettings:
-    """The Ask tab's controls as agent settings; InputError names a field out of its range
-    or of the wrong type (the API client can send anything)."""
-    return AgentSettings(max_turns=checked("max_turns", max_turns, integer=True),
-                         topk=checked("topk", topk, integer=True),
-                         max_new_tokens=checked("max_new_tokens", max_new_tokens, integer=True),
-                         greedy=inputs.flag("Greedy", greedy),
-                         temperature=checked("temperature", temperature),
-                         top_p=checked("top_p", top_p))
 
 
 def token_counter(studio: Studio, model: str) -> Callable[[str], int] | None:
@@ -126,8 +57,8 @@ class AskTab:
                     self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                                  elem_id="ask-stop")
                     self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
-                if nano_examples(studio):
-                    gr.Examples(nano_examples(studio), inputs=[self.question],
+                if studio.nano_examples():
+                    gr.Examples(studio.nano_examples(), inputs=[self.question],
                                 label="The nano agent answers these (held-out questions "
                                       "about the embedded corpus)",
                                 elem_id="ask-nano-examples")
@@ -136,16 +67,14 @@ class AskTab:
                 gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
                             label="Benchmark style (NQ / HotpotQA)")
             with gr.Column(scale=1):
-                self.model = model_picker(studio, studio.default_model, "Model", "ask-model")
+                self.model = studio.model_picker(studio.default_model, "Model", "ask-model")
                 self.model_info = gr.Markdown(studio.model_info(studio.default_model),
                                               elem_id="ask-model-info")
                 self.model_status = gr.Markdown(
                     status_markdown(studio.pool, studio.default_model),
                     elem_id="ask-model-status")
                 with gr.Accordion("Decoding and search", open=True):
-                    greedy = inputs.Checkbox(True, label="Greedy (the paper's evaluation)")
-                    temperature, top_p, max_turns, topk, max_tokens = (
-                        control(name) for name in CONTROLS)
+                    studio.decoding.render()
                 self.show_raw = gr.Checkbox(False, label="Show raw text (what the model saw)")
                 self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
                                       file_count="multiple", interactive=False,
@@ -153,7 +82,6 @@ class AskTab:
         self.raw = gr.Code(label="Raw text: prompt + everything generated and inserted",
                            visible=False, language=None, lines=16, interactive=False,
                            elem_id="ask-raw")
-        self.controls = [greedy, temperature, top_p, max_turns, topk, max_tokens]
 
     # Explicit parameters, not *values: Gradio injects gr.Request only into those.
     def run(self, question_text: str, past: list, model_id: str, greedy_on: bool, temp: float,
@@ -228,11 +156,11 @@ class AskTab:
 
     def wire(self) -> None:
         limits = {"concurrency_id": "agent", "concurrency_limit": self.studio.concurrency}
-        inputs = [self.question, self.history, self.model, *self.controls]
+        fields = [self.question, self.history, self.model, *self.studio.decoding.components]
         outputs = [self.chatbot, self.history, self.stats, self.raw, self.export,
                    self.model_status]
-        asked = self.ask.click(self.run, inputs, outputs, api_name="ask", **limits)
-        submitted = self.question.submit(self.run, inputs, outputs, api_visibility="private",
+        asked = self.ask.click(self.run, fields, outputs, api_name="ask", **limits)
+        submitted = self.question.submit(self.run, fields, outputs, api_visibility="private",
                                          **limits)
         self.stop_button.click(self.stop, None, None, queue=False, api_name="stop").then(
             None, None, None, cancels=[asked, submitted])
@@ -245,19 +173,6 @@ class AskTab:
                           queue=False, api_visibility="private")
 
 
-def model_picker(studio: Studio, value: str, label: str, elem_id: str) -> gr.Dropdown:
-    """The model dropdown: free text on loopback, the list only when the studio is exposed
-    (the pool refuses other names anyway)."""
-    if studio.access.restricted:
-        info = "Pick one of this studio's models."
-    else:
-        info = "Pick one, or type any hub id or local path."
-    return gr.Dropdown(studio.model_choices(), value=value, label=label, info=info,
-                       allow_custom_value=not studio.access.restricted, elem_id=elem_id)
-
-
-def ask_tab(studio: Studio) -> list:
-    """Lay out and wire the tab (inside a gr.Tab); returns the decoding controls."""
-    tab = AskTab(studio)
-    tab.wire()
-    return tab.controls
+def mount(studio: Studio) -> None:
+    with gr.Tab("Ask"):
+        AskTab(studio).wire()

@@ -1,6 +1,6 @@
 """The Compare tab: the same question to two models (say a GRPO baseline and an LLDS
-checkpoint), side by side, with a table of answers and costs. Decoding settings come from
-the Ask tab's controls.
+checkpoint), side by side, with a table of answers and costs. It reads the studio's
+decoding controls (shown in the Ask tab).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import gradio as gr
 from agent.models import label
 from app.ui import inputs
 from app.ui import transcript as fold
-from app.ui.ask_tab import first_example, model_picker, settings_from_controls, validate_question
+from app.ui.context import Studio, session_of
+from app.ui.controls import settings_from_controls, validate_question
 from app.ui.model_pool import run_model
 from app.ui.run_registry import pump
-from app.ui.studio import Studio, session_of
 
 COMPARE_SLOTS = ("compare-a", "compare-b")
 
@@ -40,25 +40,23 @@ def comparison_table(models: Sequence[str], transcripts: Sequence[fold.Transcrip
 class CompareTab:
     """The tab's widgets, and its handlers: each returns (or yields) {component: update}."""
 
-    def __init__(self, studio: Studio, controls: list):
+    def __init__(self, studio: Studio):
         self.studio = studio
-        self.controls = controls
         gr.Markdown("The same question to two models, side by side. Decoding and search "
                     "settings come from the Ask tab.")
         with gr.Row():
             self.question = gr.Textbox(label="Question", scale=5, elem_id="compare-question",
-                                       value=first_example(studio))
+                                       value=studio.first_example())
             self.go = gr.Button("Compare", variant="primary", scale=1,
                                 elem_id="compare-button")
             self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                          elem_id="compare-stop")
         self.models, self.infos, self.chats, self.stats = [], [], [], []
-        pair = studio.compare_pair or (studio.baseline_model, studio.default_model)
         with gr.Row():
-            for side, default in zip(("a", "b"), pair, strict=True):
+            for side, default in zip(("a", "b"), studio.pair, strict=True):
                 with gr.Column():
-                    self.models.append(model_picker(studio, default, f"Model {side.upper()}",
-                                                    f"compare-model-{side}"))
+                    self.models.append(studio.model_picker(default, f"Model {side.upper()}",
+                                                           f"compare-model-{side}"))
                     self.infos.append(gr.Markdown(studio.model_info(default),
                                                   elem_id=f"compare-model-info-{side}"))
                     self.chats.append(gr.Chatbot(
@@ -126,13 +124,14 @@ class CompareTab:
         for picker, info in zip(self.models, self.infos, strict=True):
             picker.change(self.model_changed(info), picker, info, queue=False,
                           api_visibility="private")
-        event = self.go.click(self.run, [self.question, *self.models, *self.controls],
+        event = self.go.click(self.run, [self.question, *self.models,
+                                         *self.studio.decoding.components],
                               [*self.chats, *self.stats, self.table], api_name="compare",
                               concurrency_id="agent", concurrency_limit=self.studio.concurrency)
         self.stop_button.click(self.stop, None, None, queue=False,
                                api_name="compare_stop").then(None, None, None, cancels=[event])
 
 
-def compare_tab(studio: Studio, controls: list) -> None:
-    """Lay out and wire the tab (inside a gr.Tab), using the Ask tab's `controls`."""
-    CompareTab(studio, controls).wire()
+def mount(studio: Studio) -> None:
+    with gr.Tab("Compare"):
+        CompareTab(studio).wire()

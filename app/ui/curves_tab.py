@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from agent.models import ROOT
+from app.ui.context import Studio
 from app.ui.transcript import escape
 
 PLOT_SLOTS = 10
@@ -170,12 +171,12 @@ class CurvesTab:
                            api_name="curves")
 
 
-def curves_tab() -> bool:
-    """Mount the tab when the curves package (and its plotting libraries) can be imported."""
+def mount(studio: Studio) -> None:
+    """The tab, when the curves package (and its plotting libraries) can be imported; the
+    tab reads nothing from the studio."""
     try:
         import curves  # noqa: F401
     except ImportError:
-        return False
+        return
     with gr.Tab("Training curves"):
         CurvesTab().wire()
-    return True

@@ -17,9 +17,14 @@ import gradio as gr
 import pandas as pd
 
 from agent.backends.base import ModelLoadError
+from agent.loop import AgentSettings
+from agent.models import is_nano
 from app.ui import inputs
+from app.ui.context import Studio
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
 from evaluator.metrics import aggregate, errored
+from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
+from evaluator.runner import RunStopped, evaluate
 
 # The paper's seven, then the sets shipped in the repository (vitalqa: offline).
 DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
@@ -37,11 +42,10 @@ def run_dir_for(model: str, dataset: str, max_turns: int) -> Path:
     return Path("runs") / f"ui-{name}-{digest}-{dataset}-turns{max_turns}"
 
 
-def _data_problem(studio, dataset: str, err: DataError) -> str:
+def _data_problem(studio: Studio, dataset: str, err: DataError) -> str:
     """What a visitor sees when the data won't load. An exposed studio says only that (the
     full message, which may quote a record, goes to the server's log)."""
-    access = getattr(studio, "access", None)
-    if access is not None and access.exposed:
+    if studio.access.exposed:
         log.warning("Evaluate tab: could not load %s: %s", dataset, err)
         return (f"**Could not load {dataset}.** Its data on this server is not usable; "
                 "the details are in the server's log.")
@@ -59,16 +63,12 @@ def incomplete_note(records, stopped: str | None) -> str | None:
             "resume them (answered questions are kept).")
 
 
-def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
+def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed: int,
                     data_dir: str, max_turns: int, progress=None) -> tuple[str, pd.DataFrame]:
     """Run the evaluator on `sample` questions; (summary markdown, per-question table).
 
     Wrong-typed or out-of-range values raise `inputs.InputError` naming the field.
     """
-    from agent.loop import AgentSettings
-    from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
-    from evaluator.runner import RunStopped, evaluate
-
     model = inputs.text("Model", model)
     data_dir = inputs.text("Local benchmark directory", data_dir)
     sample = inputs.number("Questions (sample)", sample, 1, MAX_SAMPLE, integer=True)
@@ -80,8 +80,7 @@ def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
                                 f"{', '.join(DATASET_CHOICES)}.")
     if not model:
         return "Pick a model first.", pd.DataFrame()
-    access = getattr(studio, "access", None)
-    problem = access.data_dir_problem(data_dir) if access is not None else None
+    problem = studio.access.data_dir_problem(data_dir)
     if problem:
         return f"**Not allowed.** {problem}", pd.DataFrame()
     try:
@@ -106,7 +105,7 @@ def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
     stopped = None
     wanted = {q.id for q in questions}
     try:
-        done = len(wanted & {r.id for r in _records(load_run, run_dir, dataset)
+        done = len(wanted & {r.id for r in _records(run_dir, dataset)
                              if not errored(r)})
         for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
             done += 1
@@ -119,7 +118,7 @@ def evaluate_sample(studio, model: str, dataset: str, sample: int, seed: int,
         stopped = f"the run stopped: {type(err).__name__}: {err}"
     finally:
         studio.pool.release(model)
-    records = [r for r in _records(load_run, run_dir, dataset) if r.id in wanted]
+    records = [r for r in _records(run_dir, dataset) if r.id in wanted]
     scored = [r for r in records if not errored(r)]
     lines = [f"**{dataset}**, {len(scored)} of {len(questions)} questions scored (random "
              f"sample, seed {seed}; not the full split, so not comparable with published "
@@ -142,22 +141,20 @@ def scores_line(records) -> str:
             f"answered {stats['answered']:.0%} · searches/question {stats['searches']:.2f}")
 
 
-def _records(load_run, run_dir: Path, dataset: str) -> list:
+def _records(run_dir: Path, dataset: str) -> list:
     return load_run(run_dir).records.get(dataset, []) if run_dir.is_dir() else []
 
 
 class EvaluateTab:
     """The tab's widgets, and its handler: it returns {component: update}."""
 
-    def __init__(self, studio):
+    def __init__(self, studio: Studio):
         self.studio = studio
         gr.Markdown("Score a model on a random sample of one benchmark with the exact "
                     "Search-R1 protocol (greedy, top-3). For full runs use "
                     "`python -m evaluator --all`.")
-        from app.ui.ask_tab import model_picker
-
         with gr.Row():
-            self.model = model_picker(studio, studio.default_model, "Model", "eval-model")
+            self.model = studio.model_picker(studio.default_model, "Model", "eval-model")
             self.dataset = gr.Dropdown(list(DATASET_CHOICES), value=default_dataset(studio),
                                        label="Benchmark", elem_id="eval-dataset")
         with gr.Row():
@@ -189,14 +186,13 @@ class EvaluateTab:
                          api_name="evaluate", concurrency_limit=1)
 
 
-def default_dataset(studio) -> str:
+def default_dataset(studio: Studio) -> str:
     """vitalqa (the nano agent's held-out set, offline) beside a nano model, else nq."""
-    if "vitalqa" in DATASET_CHOICES and str(studio.default_model).startswith("nano"):
+    if "vitalqa" in DATASET_CHOICES and is_nano(studio.default_model):
         return "vitalqa"
     return "nq"
 
 
-def evaluate_tab(studio) -> None:
-    """Adds the tab; pass to `build_app(extra_tabs=[evaluate_tab])`."""
+def mount(studio: Studio) -> None:
     with gr.Tab("Evaluate"):
         EvaluateTab(studio).wire()

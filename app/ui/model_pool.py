@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
+from agent.models import label
 
 BackendFactory = Callable[[str], Backend]
 
@@ -153,8 +154,6 @@ class ModelPool:
 
 
 def status_markdown(pool: ModelPool, model: str) -> str:
-    from agent.models import label
-
     state, detail = pool.status(model.strip())
     name = label(model.strip())
     if state == "ready":

@@ -4,17 +4,16 @@ accepts). Pure: no gradio.
 A `Transcript` folds one run's events into messages: each `<think>` part a collapsible
 thought, each search a panel titled with its query (pending while it runs, done with its
 time) holding the documents, invalid actions marked, the answer a bubble of its own.
-Everything the model or the corpus wrote is HTML-escaped, so `<search>` or a document's
-`<script>` shows as text whatever the chatbot's `allow_tags` says.
-
-Why ~350 lines: the fold is one state machine over the event stream; the message builders
-and the live stats it uses are read with it.
+Everything the user, the model or the corpus wrote goes through `escape`: a `<search>` or
+a document's `<script>` shows as text whatever the chatbot's `allow_tags` says, and a
+Markdown image shows as written instead of being fetched by the visitor's browser.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +28,7 @@ from agent.events import (
     TextDelta,
     TurnStarted,
 )
+from agent.models import label
 from app.ui.model_pool import ModelStatus
 
 Message = dict[str, Any]
@@ -44,8 +44,10 @@ _TAG_NAMES = ("think", "search", "answer")
 
 
 def escape(text: str) -> str:
-    """Model or corpus text as literal text in a Markdown message (no tags, no HTML)."""
-    return html.escape(text, quote=False)
+    """User, model or corpus text as literal text in a Markdown message: no tags, no HTML,
+    and no image. `![alt](url)` (or `![alt][ref]`) would make every visitor's browser fetch
+    the url; with its bracket escaped it shows as written."""
+    return html.escape(text, quote=False).replace("![", "!\\[")
 
 
 def question_message(question: str) -> Message:
@@ -189,8 +191,6 @@ class Transcript:
     """
 
     def __init__(self, now: Callable[[], float] | None = None):
-        import time
-
         self.now = now or time.perf_counter
         self.messages: list[Message] = []
         self.events: list[Event | ModelStatus] = []
@@ -273,8 +273,6 @@ class Transcript:
             self._apply_finished(event)
 
     def _apply_status(self, status: ModelStatus) -> None:
-        from agent.models import label
-
         name = escape(label(status.model))  # "nano" reads as what it is
         titles = {"loading": f"Loading model {name}", "waiting": f"Waiting for {name}",
                   "ready": f"Model {name} ready", "failed": f"Model {name} could not be loaded"}

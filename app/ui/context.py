@@ -1,0 +1,82 @@
+"""`Studio`: what every tab's `mount(studio)` reads: the model pool, the retriever, the run
+registry, the defaults, the access policy and the shared decoding widgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import gradio as gr
+
+from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL, is_nano, label, lookup, registry
+from app.ui.access import Access
+from app.ui.controls import Decoding, model_picker
+from app.ui.examples import load_examples
+from app.ui.model_pool import ModelPool
+from app.ui.run_registry import RunRegistry
+
+CORPUS_EXAMPLES = [
+    "Who directed 2001: A Space Odyssey?",
+    "What is the speed of light?",
+    "Who painted the Mona Lisa?",
+    "When did the Berlin Wall fall?",
+    "Who wrote Pride and Prejudice?",
+]
+
+
+@dataclass
+class Studio:
+    pool: ModelPool
+    retriever: object
+    runs: RunRegistry = field(default_factory=RunRegistry)
+    default_model: str = DEFAULT_MODEL
+    baseline_model: str = DEFAULT_BASELINE
+    concurrency: int = 4
+    access: Access = field(default_factory=Access)
+    compare_pair: tuple[str, str] | None = None  # (A, B); default (baseline, default model)
+    decoding: Decoding = field(default_factory=Decoding)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The Compare tab's two models (A, B)."""
+        return self.compare_pair or (self.baseline_model, self.default_model)
+
+    @property
+    def nano(self) -> bool:
+        """The studio is set up around the nano agents (default model or Compare pair)."""
+        return any(is_nano(m) for m in (self.default_model, *(self.compare_pair or ())))
+
+    def model_choices(self) -> list[tuple[str, str]]:
+        """The registry's models that are here (a shipped model whose files are missing is
+        left out), and the models the operator named."""
+        choices = [(m.label, m.id) for m in registry() if m.available]
+        named = [self.default_model, self.baseline_model, *(self.compare_pair or ()),
+                 *sorted(self.access.named)]
+        for extra in dict.fromkeys(reversed(named)):
+            if extra not in {c[1] for c in choices}:
+                choices.insert(0, (label(extra), extra))
+        return choices
+
+    def model_info(self, model: str) -> str:
+        """A line on what `model` is (the registry's description), for beside the picker."""
+        info = lookup((model or "").strip())
+        if info is None:
+            return ""
+        return f"_{info.method} · {info.size or '?'}_ — {info.description}"
+
+    def model_picker(self, value: str, label: str, elem_id: str) -> gr.Dropdown:
+        return model_picker(self.model_choices(), value, label, elem_id,
+                            restricted=self.access.restricted)
+
+    def nano_examples(self) -> list[str]:
+        """Held-out questions the nano agent answers (assets/ask_examples.json) in a nano
+        studio; [] otherwise."""
+        return load_examples() if self.nano else []
+
+    def first_example(self) -> str:
+        """The first question the studio suggests (the Compare tab starts with it)."""
+        return (self.nano_examples() or CORPUS_EXAMPLES)[0]
+
+
+def session_of(request: gr.Request | None) -> str:
+    """The browser session a request comes from (its runs are stopped by its Stop button)."""
+    return getattr(request, "session_hash", None) or "anonymous"
