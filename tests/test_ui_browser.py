@@ -3,6 +3,10 @@ backend (a test double) behind a backend factory and the real in-process bm25s r
 
 from __future__ import annotations
 
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from agent.backends.base import ModelLoadError
@@ -16,10 +20,16 @@ pytestmark = pytest.mark.browser
 require_chromium()
 
 EVIL = Doc("evil", '"Evil <script>window.pwned=1</script> page"\nBody with <b>tags</b>.', 9.0)
+IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 
 
 def script(question: str, turn: int) -> str:
-    """What the scripted model writes: a search, then an answer; a long think when slow."""
+    """What the scripted model writes: a search, then an answer; a long think when slow;
+    the question's Markdown image in its thoughts, query and answer when it has one."""
+    if image := IMAGE.search(question):
+        if turn == 0:
+            return f"<think> see {image[0]} </think>\n<search> image test {image[0]} </search>"
+        return f"<think> {image[0]} </think>\n<answer> Leonardo {image[0]} </answer>"
     if "slowly" in question:
         return "<think> " + " ".join(f"step{i}" for i in range(400)) + " </think>"
     if turn == 0:
@@ -31,7 +41,8 @@ def script(question: str, turn: int) -> str:
 
 
 class Retriever:
-    """The real bm25s retriever; the query "script test" gets a hostile document too."""
+    """The real bm25s retriever; the query "script test" gets a hostile document too, and
+    "image test" one with the query's Markdown image in its title and text."""
 
     def __init__(self):
         from retriever.client import LocalRetriever
@@ -40,8 +51,12 @@ class Retriever:
 
     def search(self, queries, topk=3):
         results = self.real.search(queries, topk)
-        return [([EVIL] + docs if q == "script test" else docs)
-                for q, docs in zip(queries, results, strict=True)]
+        for query, docs in zip(queries, results, strict=True):
+            if query == "script test":
+                docs.insert(0, EVIL)
+            if query.startswith("image test") and (image := IMAGE.search(query)):
+                docs.insert(0, Doc("img", f'"Painting {image[0]}"\nBody {image[0]}', 9.0))
+        return results
 
 
 def backend_factory(model: str):
@@ -60,6 +75,34 @@ def app_url():
     demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
     yield f"http://127.0.0.1:{port}/"
     demo.close()
+
+
+class ImageHost(ThreadingHTTPServer):
+    """A loopback server that records every path asked of it (and answers 404)."""
+
+    def __init__(self):
+        self.hits: list[str] = []
+        host = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server name
+                host.hits.append(self.path)
+                self.send_error(404)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+@pytest.fixture
+def image_host():
+    host = ImageHost()
+    threading.Thread(target=host.serve_forever, daemon=True).start()
+    yield host
+    host.shutdown()
+    host.server_close()
 
 
 @pytest.fixture
@@ -110,6 +153,30 @@ def test_html_in_documents_and_model_text_shows_as_text(page):
     assert chat.locator("script").count() == 0 and chat.locator("b", has_text="tags").count() == 0
     assert page.evaluate("window.pwned") is None
     page.screenshot(path=str(ARTIFACTS / "escaping.png"), full_page=True)
+
+
+def test_markdown_images_in_question_thoughts_query_documents_and_answer_are_not_fetched(
+        page, image_host):
+    from playwright.sync_api import expect
+
+    requested = []  # by any page of the context: a clicked link would open a new tab
+    page.context.on("request", lambda request: requested.append(request.url)
+                    if request.url.startswith(image_host.url) else None)
+    chat = page.locator("#ask-chat")
+    ask(page, f"Who painted it? ![pixel]({image_host.url}/x.png)")
+    expect(chat).to_contain_text("Answer: Leonardo", timeout=30_000)
+    # Opened by their left edge: the titles hold the url, which the chat shows as a link.
+    panels = chat.get_by_role("button", name=re.compile("Search: image test|Thought"))
+    for panel in panels.all():
+        panel.click(position={"x": 8, "y": 8})
+    expect(chat).to_contain_text("1. Painting")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ARTIFACTS / "images-as-text.png"), full_page=True)
+    assert requested == [] and image_host.hits == []
+    assert chat.locator("img").count() == 0
+    # Shown as written: the question, two thoughts, the query (a panel title), the
+    # document's title and text, the answer.
+    assert chat.inner_text().count(f"![pixel]({image_host.url}/x.png)") >= 7
 
 
 def test_stop_ends_generation_early(page):

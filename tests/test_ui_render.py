@@ -115,6 +115,50 @@ def test_model_text_tags_never_reach_the_chat_raw():
                for m in messages)
 
 
+IMAGE = "![pixel](http://127.0.0.1:9/x.png)"
+
+
+def image_free(markdown: str) -> bool:
+    """The Markdown shows the image syntax as text: CommonMark makes no <img> of it."""
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").render(markdown)
+    return "<img" not in rendered and "![" not in markdown and "pixel](http" in rendered
+
+
+def image_run() -> list:
+    """Messages of a run whose thought, query, documents and answer carry an image."""
+    doc = Doc("img", f'"Title {IMAGE}"\nBody {IMAGE}', 1.0)
+    query = f"painter {IMAGE}"
+    return fold.render([
+        TurnStarted(1, 5, False),
+        TextDelta(f"<think> look {IMAGE} </think>\n<search> {query} </search>"),
+        SearchCalled(query, 1), DocumentsReturned(query, [doc], "<information/>", 0.1),
+        TurnStarted(2, 5, False), TextDelta(f"<answer> Leonardo {IMAGE} </answer>"),
+        AnswerGiven(f"Leonardo {IMAGE}"), finished(answer=f"Leonardo {IMAGE}")])
+
+
+@pytest.mark.parametrize("place", ["question", "thought", "query", "document", "answer"])
+def test_markdown_images_in_user_model_and_corpus_text_show_as_text(place):
+    messages = image_run()
+    shown = {"question": fold.question_message(f"Who painted it? {IMAGE}")["content"],
+             "thought": messages[0]["content"],
+             "query": messages[1]["metadata"]["title"],
+             "document": messages[1]["content"],
+             "answer": messages[-1]["content"]}[place]
+    assert "pixel](http://127.0.0.1:9/x.png)" in shown
+    assert image_free(shown), shown
+
+
+def test_an_image_in_an_answer_shows_as_text_in_the_comparison_table():
+    from app.ui.compare_tab import comparison_table
+
+    transcript = Transcript(now=lambda: 0.0)
+    transcript.apply(AnswerGiven(f"Leonardo {IMAGE}"))
+    table = comparison_table(["a", "b"], [transcript, Transcript(now=lambda: 0.0)])
+    assert image_free(table), table
+
+
 def test_invalid_action_is_marked():
     messages = fold.render([TurnStarted(1, 5, False), TextDelta("no tags here"),
                               InvalidAction("no tags here")])
@@ -204,6 +248,13 @@ def test_validate_question():
     assert validate_question("  ") and validate_question(None)
     assert "2,000" in validate_question("x" * 2001)
     assert validate_question("Who?") is None
+
+
+def test_a_question_with_a_lone_surrogate_is_refused_with_a_message_it_can_show():
+    problem = validate_question("\ud800 who painted the mona lisa")
+    assert "lone surrogate" in problem and "U+D800" in problem and "position 1" in problem
+    problem.encode("utf-8")  # the message itself can go to the page
+    assert validate_question("\U0001F600 who painted the mona lisa") is None  # a real emoji
 
 
 def test_settings_from_controls_casts_slider_floats():

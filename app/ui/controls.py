@@ -25,18 +25,6 @@ def _checked(name: str, value, integer: bool = False):
     return inputs.number(label, value, low, high, integer=integer)
 
 
-def unencodable_at(text: str) -> int | None:
-    """Where `text` has a character UTF-8 cannot encode (a lone surrogate), or None.
-
-    Such text reaches no tokenizer and no page: both encode it as UTF-8 and fail.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        return err.start
-    return None
-
-
 def validate_question(question: str | None) -> str | None:
     """Why the question can't be asked (a message for the user), or None when it can."""
     text = (question or "").strip()
@@ -45,11 +33,9 @@ def validate_question(question: str | None) -> str | None:
     if len(text) > MAX_QUESTION_CHARS:
         return (f"That question is {len(text):,} characters long; the limit is "
                 f"{MAX_QUESTION_CHARS:,}. Please shorten it.")
-    at = unencodable_at(text)
-    if at is not None:
-        return (f"The question has a character that is not valid Unicode text at position "
-                f"{at + 1} (a lone surrogate, U+{ord(text[at]):04X}), which no model can "
-                "read. Please retype the question.")
+    problem = inputs.unencodable(text)
+    if problem:
+        return f"The question has {problem}, which no model can read. Please retype it."
     return None
 
 

@@ -46,12 +46,27 @@ def number(field: str, value: Any, minimum: float | None = None,
     return value
 
 
+def unencodable(value: str) -> str | None:
+    """What in `value` UTF-8 cannot encode (a lone surrogate, which a JSON client can send),
+    said without the character itself; None when all of it can be encoded. Such text
+    reaches no tokenizer and no page: both encode it as UTF-8 and fail."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"a character that is not valid Unicode text at position {err.start + 1} "
+                f"(a lone surrogate, U+{ord(value[err.start]):04X})")
+    return None
+
+
 def text(field: str, value: Any, *, max_chars: int | None = None) -> str:
-    """`value` as text (None is empty), stripped; a number or a list is refused."""
+    """`value` as text (None is empty), stripped; a number, a list or text with a lone
+    surrogate is refused."""
     if value is None:
         return ""
     if not isinstance(value, str):
         raise InputError(f"{field}: expected text, got {_show(value)}.")
+    if problem := unencodable(value):
+        raise InputError(f"{field}: {problem}. Please retype it.")
     value = value.strip()
     if max_chars is not None and len(value) > max_chars:
         raise InputError(f"{field}: {len(value):,} characters; the limit is {max_chars:,}.")
