@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from agent.backends.base import Backend
 from agent.loop import CONTEXT_FULL_RULES, AgentSettings
 from agent.models import AUTO, model_flag, resolve
+from retriever.engine import ENGINE_ALIASES, ENGINES, canonical_engine
 
 BACKENDS = ("transformers", "openai")
 DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
@@ -49,9 +50,10 @@ def add_retriever_flags(parser: argparse.ArgumentParser) -> None:
                             "(env RETRIEVER_URL)")
     group.add_argument("--corpus", default=env("RETRIEVER_CORPUS", "default"),
                        help="in-process corpus (env RETRIEVER_CORPUS)")
-    group.add_argument("--engine", choices=("bm25", "bm25s", "dense"),
-                       default=env("RETRIEVER_ENGINE", "bm25"),
-                       help="in-process engine (env RETRIEVER_ENGINE)")
+    group.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), type=str.lower,
+                       default=env("RETRIEVER_ENGINE", "lucene"),
+                       help="in-process engine: lucene (bm25 is the same), bm25s or dense "
+                            "(env RETRIEVER_ENGINE)")
     group.add_argument("--index", default=env("RETRIEVER_INDEX"),
                        help="in-process index (env RETRIEVER_INDEX)")
 
@@ -134,4 +136,5 @@ def make_retriever(args: argparse.Namespace):
 def retriever_label(args: argparse.Namespace) -> str:
     if args.retriever_url:
         return args.retriever_url
-    return f"{args.engine}:{args.corpus}" + (f":{args.index}" if args.index else "")
+    label = f"{canonical_engine(args.engine)}:{args.corpus}"
+    return label + (f":{args.index}" if args.index else "")

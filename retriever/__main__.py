@@ -9,25 +9,26 @@ import time
 from pathlib import Path
 
 from retriever.corpus import CorpusError
-from retriever.engine import ENGINES, open_engine
+from retriever.engine import ENGINE_ALIASES, ENGINES, canonical_engine, open_engine
 from retriever.faiss_index import KINDS
 from retriever.pyserini_compat import DEFAULT_JAVA_HEAP, set_java_heap
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--engine", choices=ENGINES,
-                        default=os.environ.get("RETRIEVER_ENGINE", "bm25"),
-                        help="bm25 (pyserini Lucene, default), bm25s (no JVM), dense (FAISS)")
+    parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), type=str.lower,
+                        default=os.environ.get("RETRIEVER_ENGINE", "lucene"),
+                        help="lucene (pyserini's Lucene BM25, default; bm25 is the same), "
+                             "bm25s (BM25 without a JVM), dense (FAISS)")
     parser.add_argument("--corpus", default=os.environ.get("RETRIEVER_CORPUS", "default"),
                         help="'default' (embedded Wikipedia summaries) or a .jsonl(.gz) path")
     parser.add_argument("--index", default=os.environ.get("RETRIEVER_INDEX"),
-                        help="an existing index: Lucene dir or pyserini prebuilt name (bm25), "
+                        help="an existing index: Lucene dir or pyserini prebuilt name (lucene), "
                              "bm25s dir, or a FAISS file such as e5_Flat.index (dense)")
     parser.add_argument("--encoder", default=os.environ.get("RETRIEVER_ENCODER"),
                         help="dense encoder, hub id or path (default intfloat/e5-base-v2)")
     parser.add_argument("--java-heap", default=os.environ.get("RETRIEVER_JAVA_HEAP",
                                                               DEFAULT_JAVA_HEAP),
-                        help="the bm25 engine's JVM heap limit, as java -Xmx (default "
+                        help="the lucene engine's JVM heap limit, as java -Xmx (default "
                              f"{DEFAULT_JAVA_HEAP})")
     dense = parser.add_argument_group("dense index options")
     dense.add_argument("--mmap", action="store_true",
@@ -46,7 +47,8 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _open(args: argparse.Namespace):
-    if args.engine == "bm25":
+    args.engine = canonical_engine(args.engine)
+    if args.engine == "lucene":
         set_java_heap(args.java_heap)
     dense = {"mmap": args.mmap, "nprobe": args.nprobe, "ef_search": args.ef_search,
              "rerank_flat": args.rerank_flat, "gpu": args.gpu}
@@ -69,15 +71,17 @@ def _open(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from retriever.server import serve
+    from retriever.connections import raise_open_files_limit
+    from retriever.server import ServerLimits, serve
 
-    if args.max_queries < 1 or args.max_body_mb <= 0:
-        raise ValueError("--max-queries and --max-body-mb must be positive.")
+    limits = ServerLimits(max_queries=args.max_queries, max_results=args.max_results,
+                          max_body_mb=args.max_body_mb, max_connections=args.max_connections,
+                          header_timeout=args.header_timeout, body_timeout=args.body_timeout)
+    raise_open_files_limit(limits.max_connections)  # checked before the engine loads
     engine = _open(args)
     print(f"{engine.name} over {engine.num_docs} documents; POST "
           f"http://{args.host}:{args.port}/retrieve", file=sys.stderr)
-    serve(engine, host=args.host, port=args.port, default_topk=args.topk,
-          max_queries=args.max_queries, max_body_mb=args.max_body_mb)
+    serve(engine, host=args.host, port=args.port, default_topk=args.topk, limits=limits)
 
 
 def cmd_search(args: argparse.Namespace) -> None:
@@ -151,7 +155,7 @@ def cmd_download(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from retriever.server import MAX_BODY_MB, MAX_QUERIES
+    from retriever import server as limits
 
     parser = argparse.ArgumentParser(prog="python -m retriever",
                                      description="Search-R1 compatible retrieval.")
@@ -162,13 +166,32 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--host", default=os.environ.get("RETRIEVER_HOST", "127.0.0.1"))
     serve.add_argument("--port", type=int, default=int(os.environ.get("RETRIEVER_PORT", 8000)))
     serve.add_argument("--max-queries", type=int,
-                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", MAX_QUERIES)),
+                       default=int(os.environ.get("RETRIEVER_MAX_QUERIES", limits.MAX_QUERIES)),
                        help="queries allowed in one request (Search-R1 training sends a whole "
-                            f"rollout batch at once; default {MAX_QUERIES})")
+                            f"rollout batch at once; default {limits.MAX_QUERIES})")
+    serve.add_argument("--max-results", type=int,
+                       default=int(os.environ.get("RETRIEVER_MAX_RESULTS", limits.MAX_RESULTS)),
+                       help="queries x topk allowed in one request (default "
+                            f"{limits.MAX_RESULTS}); more get a 422")
     serve.add_argument("--max-body-mb", type=float,
-                       default=float(os.environ.get("RETRIEVER_MAX_BODY_MB", MAX_BODY_MB)),
-                       help=f"largest request body in MiB (default {MAX_BODY_MB}); bigger "
-                            "ones get a 413")
+                       default=float(os.environ.get("RETRIEVER_MAX_BODY_MB", limits.MAX_BODY_MB)),
+                       help=f"largest request body in MiB (default {limits.MAX_BODY_MB}); "
+                            "bigger ones get a 413")
+    serve.add_argument("--max-connections", type=int,
+                       default=int(os.environ.get("RETRIEVER_MAX_CONNECTIONS",
+                                                  limits.MAX_CONNECTIONS)),
+                       help="open connections (default "
+                            f"{limits.MAX_CONNECTIONS}); more are answered 503 and closed")
+    serve.add_argument("--header-timeout", type=float,
+                       default=float(os.environ.get("RETRIEVER_HEADER_TIMEOUT",
+                                                    limits.HEADER_TIMEOUT)),
+                       help="seconds a client has to send a request's headers (default "
+                            f"{limits.HEADER_TIMEOUT:g}); then it gets a 408 and is closed")
+    serve.add_argument("--body-timeout", type=float,
+                       default=float(os.environ.get("RETRIEVER_BODY_TIMEOUT",
+                                                    limits.BODY_TIMEOUT)),
+                       help="seconds a client has to send a request's body (default "
+                            f"{limits.BODY_TIMEOUT:g})")
     search = sub.add_parser("search", help="print the documents retrieved for one query")
     search.add_argument("query")
     search.add_argument("--topk", type=int, default=3)
@@ -190,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     compress.add_argument("--recall-sample", type=int, default=1000)
     fetch = sub.add_parser("download", help="fetch wiki-18 and its index (Search-R1's assets)")
     fetch.add_argument("name", help="the data set: wiki-18")
-    fetch.add_argument("--engine", choices=("dense", "bm25"), default="dense")
+    fetch.add_argument("--engine", choices=("dense", "lucene", "bm25"), default="dense")
     fetch.add_argument("--dir", default=None, help="target directory (default "
                                                    "$RETRIEVER_DATA_DIR, else the cache)")
     fetch.add_argument("--dry-run", action="store_true", help="print the plan only")

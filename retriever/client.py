@@ -8,8 +8,9 @@ from typing import Protocol
 
 import httpx
 
+from retriever.base import Engine
 from retriever.doc import Doc
-from retriever.engine import Engine, open_engine
+from retriever.engine import open_engine
 
 DEFAULT_URL = "http://127.0.0.1:8000/retrieve"
 
@@ -70,7 +71,7 @@ class HttpRetriever:
 class LocalRetriever:
     """An engine in this process; opened lazily so that start-up stays fast."""
 
-    def __init__(self, engine: str = "bm25", corpus: str | None = "default",
+    def __init__(self, engine: str = "lucene", corpus: str | None = "default",
                  index: str | None = None, opened: Engine | None = None):
         self.spec = {"engine": engine, "corpus": corpus, "index": index}
         self._engine = opened
@@ -95,7 +96,7 @@ class LocalRetriever:
                                  f"{err}") from err
 
 
-def open_retriever(url: str | None = None, corpus: str | None = "default", engine: str = "bm25",
+def open_retriever(url: str | None = None, corpus: str | None = "default", engine: str = "lucene",
                    index: str | None = None) -> Retriever:
     """The HTTP client when a URL is given, else the in-process engine (opened lazily)."""
     if url:

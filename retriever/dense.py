@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from retriever import faiss_index
+from retriever.base import IsolatedSearch
 from retriever.corpus import CorpusError, cache_dir, corpus_key, open_records
 from retriever.doc import Doc
-from retriever.engine import IsolatedSearch
 
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
 log = logging.getLogger("retriever")

@@ -36,7 +36,7 @@ class Fetch:
 
 @dataclass(frozen=True)
 class Step:
-    part: str  # corpus, dense or bm25
+    part: str  # corpus, dense or bm25 (the prebuilt Lucene index)
     fetches: tuple[Fetch, ...]
     unpack: str  # gunzip, concatenate, pyserini
     output: Path
@@ -59,9 +59,10 @@ def plan(name: str, engine: str, directory: Path, sources: dict | None = None) -
         known = ", ".join(k for k in sources if not k.startswith("_"))
         raise DownloadError(f"Unknown data set {name!r}: choose one of {known}.")
     entry = sources[name]
-    if engine not in ("dense", "bm25"):
-        raise DownloadError(f"--engine {engine!r}: choose dense or bm25.")
-    # BM25's prebuilt Lucene index stores the documents: it needs no separate corpus.
+    if engine not in ("dense", "lucene", "bm25"):
+        raise DownloadError(f"--engine {engine!r}: choose dense or lucene.")
+    # The prebuilt Lucene BM25 index (the sources' `bm25` entry) stores the documents: it
+    # needs no separate corpus.
     parts = ["corpus", "dense"] if engine == "dense" else ["bm25"]
     steps = []
     for part in parts:
@@ -238,8 +239,8 @@ def _fetch_pyserini(step: Step, directory: Path) -> None:
 
 def serve_command(steps: list[Step], engine: str) -> str:
     outputs = {s.part: s.output for s in steps}
-    if engine == "bm25":
-        return f"python -m retriever serve --engine bm25 --index {outputs['bm25']}"
+    if engine != "dense":
+        return f"python -m retriever serve --engine lucene --index {outputs['bm25']}"
     return (f"python -m retriever serve --engine dense --corpus {outputs['corpus']} "
             f"--index {outputs['dense']} --mmap\n"
             "  (to serve within 16 GB, build a compressed index once: python -m retriever "

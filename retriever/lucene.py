@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy
 import orjson
 
+from retriever.base import IsolatedSearch
 from retriever.corpus import CorpusError, cache_dir, corpus_key, iter_records
 from retriever.doc import Doc
-from retriever.engine import IsolatedSearch
 from retriever.pyserini_compat import index_collection, java_max_heap_mb, load_lucene
 
 # Corpora up to this size are held in memory (the default one is ~7 MB) and their index
@@ -65,7 +65,7 @@ def build_index(corpus: Path, index_dir: Path | None = None, threads: int | None
 class LuceneBM25(IsolatedSearch):
     """pyserini LuceneSearcher over a local index or a prebuilt one (e.g. wikipedia-dpr-100w)."""
 
-    name = "bm25"
+    name = "lucene"
 
     def __init__(self, index: str | Path, threads: int | None = None, k1: float = 0.9,
                  b: float = 0.4, contents: dict[str, str] | None = None):
@@ -82,7 +82,7 @@ class LuceneBM25(IsolatedSearch):
             path = Path(index).expanduser()
             if not any(path.glob("segments_*")):
                 raise CorpusError(f"No Lucene index at {path} (no segments_* file). Build one "
-                                  "with `python -m retriever index --corpus PATH --engine bm25`.")
+                                  "with `python -m retriever index --corpus PATH --engine lucene`.")
             self.searcher = lucene.LuceneSearcher(str(path))
             self.index_path = path
         else:

@@ -1,20 +1,30 @@
 """The Search-R1 compatible retrieval server: `POST /retrieve`, `GET /health`.
 
-Concurrent requests are coalesced: whatever arrives while the engine is busy is sent to it
-as one batch (pyserini's multi-threaded batch search), on one worker thread. Many clients
-then share the engine's batch speed, and no JVM or index object is used from two Python
-threads at once. A query the engine cannot take fails alone (`IsolatedSearch`): it gets no
-documents and is named in the answer's `errors`, and every other query is answered.
-Work for a client that hung up before its turn is skipped.
+Requests are served fairly: each is cut into slices of at most `SLICE_RESULTS` results,
+and every round takes one slice from each waiting request (round-robin) and sends them to
+the engine together, on one worker thread. A one-query request therefore waits for one
+round, not for a big request ahead of it, while concurrent clients still share the engine's
+batch speed; no JVM or index object is used from two Python threads at once. Each slice is
+turned into JSON as soon as it is searched, so a big answer is held as bytes, not as
+objects. A query the engine cannot take fails alone (`IsolatedSearch`): it gets no
+documents and is named in the answer's `errors`. Work for a client that hung up is skipped.
+
+Limits, each with a flag: queries and results (queries x topk) per request, body size,
+open connections, and how long a request's headers and body may take to arrive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 
 import orjson
 from fastapi import FastAPI, Request
@@ -22,18 +32,47 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, StrictStr, ValidationError, field_validator
 
+from retriever.base import Engine
 from retriever.doc import Doc
-from retriever.engine import Engine
 
 # A Search-R1 training run sends a whole rollout batch in one request (512 prompts x 5
 # samples = 2,560 queries); its client reads `result` without checking the status.
 MAX_QUERIES = 8192
+# Documents one request may ask for (queries x topk): a rollout batch at topk 25, or 8,192
+# queries at topk 8. An answer at the limit is about 25 MB on Wikipedia-sized passages.
+MAX_RESULTS = 65536
 MAX_QUERY_CHARS = 2000
 MAX_TOPK = 100
 # What one request body may hold: 8,192 queries of ~2,000 ASCII characters fit; memory
 # stays bounded whatever a client sends.
 MAX_BODY_MB = 32
+# Open connections; more are answered 503 and closed, so descriptors never run out.
+MAX_CONNECTIONS = 1000
+# Seconds a client has to send a request's headers, and then its body.
+HEADER_TIMEOUT = 10.0
+BODY_TIMEOUT = 60.0
+# One request's share of a scheduling round, and a round's total, in results.
+SLICE_RESULTS = 2048
+ROUND_RESULTS = 8192
+# An answer this big (in results) is followed by returning freed memory to the system.
+TRIM_AFTER_RESULTS = 8192
 log = logging.getLogger("retriever")
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    max_queries: int = MAX_QUERIES
+    max_results: int = MAX_RESULTS
+    max_body_mb: float = MAX_BODY_MB
+    max_connections: int = MAX_CONNECTIONS
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        bad = [f"--{name.replace('_', '-')}" for name, value in asdict(self).items()
+               if not value > 0]
+        if bad:
+            raise ValueError(f"{', '.join(bad)} must be positive.")
 
 
 class RetrieveRequest(BaseModel):
@@ -53,41 +92,58 @@ class RetrieveRequest(BaseModel):
 
 
 class ClientGone(Exception):
-    """The client disconnected before its request's turn on the engine."""
+    """The client disconnected before its request was answered."""
+
+
+def rows_as_list(rows: list[list[Doc]]) -> list[list[Doc]]:
+    return rows
 
 
 class Job:
-    """One request's queries, waiting for its turn on the engine."""
+    """One request: its queries, how far its slices have got, and what they produced."""
 
-    __slots__ = ("queries", "topk", "future")
+    __slots__ = ("queries", "topk", "render", "future", "next", "parts", "failures")
 
-    def __init__(self, queries: list[str], topk: int, future: asyncio.Future):
-        self.queries, self.topk, self.future = queries, topk, future
+    def __init__(self, queries: list[str], topk: int, render: Callable, future: asyncio.Future):
+        self.queries, self.topk, self.render, self.future = queries, topk, render, future
+        self.next = 0  # first query not yet given to a round
+        self.parts: list = []  # what `render` made of each searched slice, in order
+        self.failures: dict[int, str] = {}
+
+    def take_slice(self, slice_results: int) -> tuple[int, int]:
+        start = self.next
+        self.next = min(len(self.queries), start + max(1, slice_results // self.topk))
+        return start, self.next
 
 
-class SearchBatcher:
-    """Merges concurrent searches into engine batches, run on a single worker thread."""
+class FairScheduler:
+    """Runs searches in rounds on a single worker thread, one slice of every waiting
+    request per round, so that no request waits behind the whole of a bigger one."""
 
-    def __init__(self, engine: Engine, max_batch: int = MAX_QUERIES):
+    def __init__(self, engine: Engine, slice_results: int = SLICE_RESULTS,
+                 round_results: int = ROUND_RESULTS):
         self.engine = engine
-        self.max_batch = max_batch
-        self.queue: asyncio.Queue[Job] = asyncio.Queue()
-        self.held: Job | None = None  # overflowed the last batch: it starts the next one
+        self.slice_results, self.round_results = slice_results, round_results
+        self.waiting: collections.deque[Job] = collections.deque()
+        self.wakeup = asyncio.Event()
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="search")
-        self.dropped = 0  # requests skipped because their client had gone
+        self.dropped = 0  # requests whose client left before they were answered
         self.failed_queries = 0
         # Engines that isolate bad queries say which failed; any other engine just searches.
         self._search = getattr(engine, "search_reporting", None) or (
             lambda queries, topk: (engine.search(queries, topk), {}))
 
-    async def search(self, queries: list[str], topk: int,
-                     request: Request | None = None) -> tuple[list[list[Doc]], dict[int, str]]:
-        """Results and {query index: failure} for one request. If the request's client
-        disconnects before its turn, the work is dropped and ClientGone raised."""
+    async def search(self, queries: list[str], topk: int, request: Request | None = None,
+                     render: Callable[[list[list[Doc]]], object] = rows_as_list,
+                     ) -> tuple[list, dict[int, str]]:
+        """What `render` made of each slice's results, in query order, and {query index:
+        failure}. `render` runs on the worker thread, right after its slice is searched.
+        If the request's client disconnects first, the rest is skipped: ClientGone."""
         if not queries:
             return [], {}
-        job = Job(queries, topk, asyncio.get_running_loop().create_future())
-        await self.queue.put(job)
+        job = Job(queries, topk, render, asyncio.get_running_loop().create_future())
+        self.waiting.append(job)
+        self.wakeup.set()
         if request is None:
             return await job.future
         watcher = asyncio.create_task(_disconnected(request))
@@ -96,52 +152,70 @@ class SearchBatcher:
         finally:
             watcher.cancel()
         if not job.future.done():
-            job.future.cancel()  # the batcher skips it
+            job.future.cancel()  # the scheduler drops it
             raise ClientGone
         return job.future.result()
 
-    def _next_jobs(self, first: Job) -> list[Job]:
-        """`first` and the waiting jobs that fit in one batch, skipping abandoned ones."""
-        jobs, size = [], 0
-        candidate: Job | None = first
-        while candidate is not None:
-            if candidate.future.done():  # cancelled: its client disconnected
-                self.dropped += 1
-            elif jobs and size + len(candidate.queries) > self.max_batch:
-                self.held = candidate  # would overflow this batch: it starts the next
+    def _next_round(self) -> list[tuple[Job, int, int]]:
+        """One slice from each waiting request, in turn, until the round is full. Requests
+        left over, and those with slices to go, wait at the back of the line."""
+        chosen, size = [], 0
+        for _ in range(len(self.waiting)):
+            if size >= self.round_results:
                 break
-            else:
-                jobs.append(candidate)
-                size += len(candidate.queries)
-            candidate = None if self.queue.empty() else self.queue.get_nowait()
-        return jobs
+            job = self.waiting.popleft()
+            if job.future.done():  # cancelled: its client disconnected
+                self.dropped += 1
+                continue
+            start, end = job.take_slice(self.slice_results)
+            chosen.append((job, start, end))
+            size += (end - start) * job.topk
+            if job.next < len(job.queries):
+                self.waiting.append(job)
+        return chosen
+
+    def _search_round(self, chosen: list[tuple[Job, int, int]]) -> list[tuple[object, dict]]:
+        """Worker thread: one engine batch per distinct topk; each slice rendered."""
+        out: list[tuple[object, dict]] = [(None, {})] * len(chosen)
+        for topk in sorted({job.topk for job, _, _ in chosen}):
+            picked = [n for n, (job, _, _) in enumerate(chosen) if job.topk == topk]
+            queries = [q for n in picked for q in chosen[n][0].queries[chosen[n][1]:chosen[n][2]]]
+            results, failures = self._search(queries, topk)
+            offset = 0
+            for n in picked:
+                job, start, end = chosen[n]
+                width = end - start
+                mine = {start + i - offset: why for i, why in failures.items()
+                        if offset <= i < offset + width}
+                out[n] = (job.render(results[offset:offset + width]), mine)
+                offset += width
+        return out
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            first, self.held = self.held or await self.queue.get(), None
-            jobs = self._next_jobs(first)
-            if not jobs:
+            if not self.waiting:
+                self.wakeup.clear()
+                await self.wakeup.wait()
                 continue
-            queries = [q for job in jobs for q in job.queries]
-            topk = max(job.topk for job in jobs)
+            chosen = self._next_round()
+            if not chosen:
+                continue
             try:
-                results, failures = await loop.run_in_executor(self.worker, self._search,
-                                                               queries, topk)
-            except Exception as err:  # the engine itself failed: every waiting request hears
-                for job in jobs:
+                outcome = await loop.run_in_executor(self.worker, self._search_round, chosen)
+            except Exception as err:  # the engine itself failed: each request in the round
+                for job, _, _ in chosen:
                     if not job.future.done():
                         job.future.set_exception(err)
+                    with contextlib.suppress(ValueError):
+                        self.waiting.remove(job)
                 continue
-            self.failed_queries += len(failures)
-            start = 0
-            for job in jobs:
-                end = start + len(job.queries)
-                if not job.future.done():
-                    rows = [row[:job.topk] for row in results[start:end]]
-                    mine = {i - start: why for i, why in failures.items() if start <= i < end}
-                    job.future.set_result((rows, mine))
-                start = end
+            for (job, _, end), (part, failures) in zip(chosen, outcome, strict=True):
+                job.parts.append(part)
+                job.failures.update(failures)
+                self.failed_queries += len(failures)
+                if end == len(job.queries) and not job.future.done():
+                    job.future.set_result((job.parts, job.failures))
 
 
 async def _disconnected(request: Request) -> None:
@@ -179,17 +253,60 @@ def _describe(errors: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def create_app(engine: Engine, default_topk: int = 3, max_queries: int = MAX_QUERIES,
-               max_body_mb: float = MAX_BODY_MB) -> FastAPI:
-    batcher = SearchBatcher(engine, max_batch=max(max_queries, MAX_QUERIES))
-    max_body = int(max_body_mb * 2**20)
+def _json_rows(return_scores: bool) -> Callable[[list[list[Doc]]], bytes]:
+    """Renders a slice's rows as the JSON of its `result` items, without the brackets."""
+    def render(rows: list[list[Doc]]) -> bytes:
+        if return_scores:
+            items = [[{"document": d.document(), "score": d.score} for d in row]
+                     for row in rows]
+        else:
+            items = [[d.document() for d in row] for row in rows]
+        return orjson.dumps(items)[1:-1]
+    return render
+
+
+def _glibc():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
+_GLIBC = _glibc()
+_M_MMAP_THRESHOLD = -3
+
+
+def _release_memory() -> None:
+    """Hand the allocator's free pages back to the system (glibc keeps them otherwise)."""
+    if _GLIBC is not None:
+        _GLIBC.malloc_trim(0)
+
+
+def _map_big_buffers() -> None:
+    """Allocate buffers of 1 MiB and more (an answer's JSON) as their own memory maps,
+    which go back to the system when freed. glibc would otherwise raise this threshold
+    after the first big free and serve later big buffers from a heap that stays."""
+    if _GLIBC is not None:
+        _GLIBC.mallopt(_M_MMAP_THRESHOLD, 2**20)
+
+
+def _error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"detail": f"Bad /retrieve request: {detail}"})
+
+
+def create_app(engine: Engine, default_topk: int = 3,
+               limits: ServerLimits | None = None) -> FastAPI:
+    limits = limits or ServerLimits()
+    scheduler = FairScheduler(engine)
+    max_body = int(limits.max_body_mb * 2**20)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = asyncio.create_task(batcher.run())
+        task = asyncio.create_task(scheduler.run())
         yield
         task.cancel()
-        batcher.worker.shutdown(wait=False, cancel_futures=True)
+        scheduler.worker.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="Search-R1 compatible retriever", lifespan=lifespan)
 
@@ -204,25 +321,31 @@ def create_app(engine: Engine, default_topk: int = 3, max_queries: int = MAX_QUE
     @app.get("/health")
     async def health() -> dict:
         return {"status": "ok", "engine": engine.name, "num_docs": engine.num_docs,
-                "default_topk": default_topk, "max_queries": max_queries,
-                "max_body_mb": max_body_mb, "dropped_requests": batcher.dropped,
-                "failed_queries": batcher.failed_queries,
+                "default_topk": default_topk, **asdict(limits),
+                "dropped_requests": scheduler.dropped,
+                "failed_queries": scheduler.failed_queries,
                 **getattr(engine, "details", {})}
 
     @app.post("/retrieve", openapi_extra={"requestBody": {"content": {"application/json": {
         "schema": RetrieveRequest.model_json_schema()}}, "required": True}})
     async def retrieve(request: Request):
         try:
-            body = await _read_body(request, max_body)
+            async with asyncio.timeout(limits.body_timeout):
+                body = await _read_body(request, max_body)
         except BodyTooLarge:
-            return JSONResponse(status_code=413, content={
-                "detail": f"Bad /retrieve request: the body is larger than the limit of "
-                          f"{max_body_mb:g} MiB (start the server with --max-body-mb N to "
-                          "raise it, or send fewer queries per request)."})
+            return _error(413, f"the body is larger than the limit of {limits.max_body_mb:g} "
+                               "MiB (start the server with --max-body-mb N to raise it, or "
+                               "send fewer queries per request).")
+        except TimeoutError:
+            return _error(408, f"the body did not arrive within {limits.body_timeout:g} s "
+                               "(the server's --body-timeout).")
         try:
             # The standard library's parser: it keeps a lone surrogate ("\ud800"), which
             # the engines drop, where a stricter parser would refuse the whole request.
             payload = json.loads(body)
+        except RecursionError:
+            return _error(422, "the body is JSON nested too deeply to be a request. Expected "
+                               '{"queries": ["..."], "topk": 3, "return_scores": true}.')
         except ValueError as err:
             raise RequestValidationError([{"type": "json_invalid", "loc": ("body",),
                                            "msg": "JSON decode error",
@@ -231,39 +354,64 @@ def create_app(engine: Engine, default_topk: int = 3, max_queries: int = MAX_QUE
             parsed = RetrieveRequest.model_validate(payload)
         except ValidationError as err:
             raise RequestValidationError(err.errors()) from None
-        if len(parsed.queries) > max_queries:
-            return JSONResponse(status_code=422, content={
-                "detail": f"Bad /retrieve request: queries: {len(parsed.queries)} queries; "
-                          f"the limit is {max_queries} per request (start the server with "
-                          "--max-queries N for bigger batches)."})
+        del body, payload
+        if len(parsed.queries) > limits.max_queries:
+            return _error(422, f"queries: {len(parsed.queries)} queries; the limit is "
+                               f"{limits.max_queries} per request (start the server with "
+                               "--max-queries N for bigger batches).")
         topk = parsed.topk or default_topk
+        results = len(parsed.queries) * topk
+        if results > limits.max_results:
+            return _error(422, f"{len(parsed.queries)} queries x topk {topk} = {results} "
+                               f"results; the limit is {limits.max_results} per request "
+                               "(send fewer queries per request or a smaller topk, or start "
+                               "the server with --max-results N).")
         try:
-            results, failures = await batcher.search(parsed.queries, topk, request)
+            parts, failures = await scheduler.search(parsed.queries, topk, request,
+                                                     render=_json_rows(parsed.return_scores))
         except ClientGone:
             return Response(status_code=499)  # nobody is listening
         except Exception as err:
             log.exception("the %s engine failed", engine.name)
             return JSONResponse(status_code=500, content={
                 "detail": f"The {engine.name} engine failed: {type(err).__name__}: {err}"})
-        if parsed.return_scores:
-            body = {"result": [[{"document": d.document(), "score": d.score} for d in row]
-                               for row in results]}
-        else:
-            body = {"result": [[d.document() for d in row] for row in results]}
+        # The parts are JSON already: joined, not parsed and written again.
+        out = [b'{"result":[', b",".join(p for p in parts if p), b"]"]
+        del parts
         if failures:
-            body["errors"] = [{"query": i, "detail": why} for i, why in sorted(failures.items())]
-        # Plain str/float data: orjson directly, skipping FastAPI's generic encoder, which
-        # costs more than the search itself for a batch of 100 queries (json.dumps: a third).
-        return Response(orjson.dumps(body), media_type="application/json")
+            out.append(b',"errors":' + orjson.dumps(
+                [{"query": i, "detail": why} for i, why in sorted(failures.items())]))
+        out.append(b"}")
+        answer = Response(b"".join(out), media_type="application/json")
+        del out
+        if results >= TRIM_AFTER_RESULTS:
+            answer.background = _Release()
+        return answer
 
     return app
 
 
+class _Release:
+    """Runs once a big answer is sent; its buffers are freed when the request's objects
+    go, a moment later, and then the memory is handed back."""
+
+    async def __call__(self) -> None:
+        asyncio.get_running_loop().call_later(0.2, _release_memory)
+
+
 def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8000, default_topk: int = 3,
-          max_queries: int = MAX_QUERIES, max_body_mb: float = MAX_BODY_MB,
-          log_level: str = "info") -> None:
+          limits: ServerLimits | None = None, log_level: str = "info") -> None:
     import uvicorn
 
-    # No per-request access log: at thousands of requests a second it costs real time.
-    uvicorn.run(create_app(engine, default_topk, max_queries, max_body_mb), host=host,
-                port=port, log_level=log_level, access_log=False)
+    from retriever.connections import guarded_h11, limit_log_rates, raise_open_files_limit
+
+    limits = limits or ServerLimits()
+    raise_open_files_limit(limits.max_connections)
+    _map_big_buffers()
+    config = uvicorn.Config(
+        create_app(engine, default_topk, limits), host=host, port=port, log_level=log_level,
+        # No per-request access log: at thousands of requests a second it costs real time.
+        access_log=False,
+        http=guarded_h11(limits.max_connections, limits.header_timeout))
+    limit_log_rates()  # after uvicorn has configured its loggers
+    uvicorn.Server(config).run()

@@ -35,7 +35,7 @@ def default_corpus() -> Path:
 def lucene_engine(default_corpus):
     from retriever.engine import open_engine
 
-    return open_engine("bm25", corpus="default")
+    return open_engine("lucene", corpus="default")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Dense indexes at scale (issue 15): every index kind through /retrieve, mmap == RAM,
+"""Dense indexes at scale: every index kind through /retrieve, mmap == RAM,
 recall reporting, clear errors, a corpus read from disk, and the wiki-18 download plan.
 Real FAISS indexes over a few thousand MiniLM vectors of the embedded corpus."""
 
@@ -283,7 +283,7 @@ def test_download_plan_names_the_sources_and_sizes(tmp_path):
                      "part_aa": (sources["dense"]["hub_repo"], 42949672960),
                      "part_ab": (sources["dense"]["hub_repo"], 21609402413)}
     assert [s.output.name for s in steps] == ["wiki-18.jsonl", "e5_Flat.index"]
-    bm25 = plan("wiki-18", "bm25", tmp_path)
+    bm25 = plan("wiki-18", "lucene", tmp_path)
     assert [f.repo for f in bm25[0].fetches] == ["wikipedia-dpr-100w"]
     with pytest.raises(ValueError, match="Unknown data set 'wiki-19'"):
         plan("wiki-19", "dense", tmp_path)
@@ -336,11 +336,11 @@ def test_download_paths(tmp_path):
                           str(a_file)], capture_output=True, text=True)
     assert run.returncode == 2 and "is a file; give a directory" in run.stderr
     dry = subprocess.run([sys.executable, "-m", "retriever", "download", "wiki-18", "--engine",
-                          "bm25", "--dir", str(tmp_path / "d"), "--dry-run"],
+                          "lucene", "--dir", str(tmp_path / "d"), "--dry-run"],
                          capture_output=True, text=True)
     assert dry.returncode == 0, dry.stderr
     assert "pyserini prebuilt index wikipedia-dpr-100w" in dry.stdout
-    assert "python -m retriever serve --engine bm25 --index" in dry.stdout
+    assert "python -m retriever serve --engine lucene --index" in dry.stdout
 
 
 def test_unpacking_joins_parts_and_resumes_an_interrupted_join(tmp_path):

@@ -58,6 +58,15 @@ def test_prebuilt_names_and_paths_are_told_apart(tmp_path):
         LuceneBM25(str(tmp_path))
 
 
+def test_engine_names_say_which_engine():
+    from retriever.engine import ENGINES, canonical_engine
+
+    assert ENGINES == ("lucene", "bm25s", "dense")
+    assert canonical_engine("bm25") == "lucene" and canonical_engine("bm25s") == "bm25s"
+    with pytest.raises(ValueError, match="bm25 is accepted for lucene"):
+        canonical_engine("elastic")
+
+
 def test_doc_fields():
     doc = Doc("7", '"Paris"\nParis is a city.', 2.5)
     assert (doc.title, doc.text) == ("Paris", "Paris is a city.")
@@ -131,11 +140,11 @@ def test_cached_lucene_index_stores_ids_and_needs_its_corpus(lucene_engine, tmp_
 
 
 def test_bm25s_batch_scores_equal_bm25s_retrieve(bm25s_engine, monkeypatch):
-    from retriever import sparse
+    from retriever import bm25s_engine as module
 
     queries = _sample_queries(200) + [QUESTION, "zzqxv qqwertzy", ""]
     ours = bm25s_engine.search(queries, 3)
-    tokens = sparse._tokenize(queries, bm25s_engine.stemmer)
+    tokens = module._tokenize(queries, bm25s_engine.stemmer)
     ids, scores = bm25s_engine.model.retrieve(tokens, k=4, show_progress=False, n_threads=1)
     checked = 0
     for row, ref_ids, ref_scores in zip(ours, ids, scores, strict=True):
@@ -150,7 +159,7 @@ def test_bm25s_batch_scores_equal_bm25s_retrieve(bm25s_engine, monkeypatch):
     assert checked > 500
     assert ours[-1] == [] and ours[-2] == []
     # Scored a few queries at a time (as for a corpus too big for one dense block): same rows.
-    monkeypatch.setattr(sparse, "MAX_SCORES_AT_ONCE", 7 * bm25s_engine.num_docs)
+    monkeypatch.setattr(module, "MAX_SCORES_AT_ONCE", 7 * bm25s_engine.num_docs)
     assert _rows(bm25s_engine.search(queries, 3)) == _rows(ours)
 
 
@@ -186,7 +195,7 @@ SEARCH_R1_PAYLOAD = {"queries": [QUESTION, "capital city of France"], "topk": 3,
 def test_server_answers_the_search_r1_payload(retriever_server):
     url = retriever_server + "/retrieve"
     health = httpx.get(retriever_server + "/health").json()
-    assert health["status"] == "ok" and health["engine"] == "bm25" and health["num_docs"] > 9000
+    assert health["status"] == "ok" and health["engine"] == "lucene" and health["num_docs"] > 9000
     body = httpx.post(url, json=SEARCH_R1_PAYLOAD).json()
     assert list(body) == ["result"] and len(body["result"]) == 2
     first, second = body["result"]
@@ -291,9 +300,10 @@ def test_cli_index_reports(tmp_path, default_corpus):
 
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in load_records(default_corpus)[:50]))
+    # `bm25`, Search-R1's name for its Lucene BM25, opens the lucene engine.
     out = subprocess.run([sys.executable, "-m", "retriever", "index", "--corpus", str(corpus),
                           "--engine", "bm25"], capture_output=True, text=True, check=True)
-    assert "engine=bm25 docs=50" in out.stdout and "size_mb=" in out.stdout
+    assert "engine=lucene docs=50" in out.stdout and "size_mb=" in out.stdout
     # What the README says next: that ids-only index serves through its corpus, not --index.
     index = out.stdout.split(" index=")[1].split()[0]
     assert index.endswith("lucene-ids")
@@ -336,8 +346,8 @@ def _bm25s_sees(tmp_path, **env) -> dict:
     root = Path(__file__).resolve().parent.parent
     clean = {k: v for k, v in os.environ.items()
              if k not in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
-    code = ("import sys; from pathlib import Path; from retriever.sparse import SparseBM25; "
-            "engine = SparseBM25(Path(sys.argv[1]), index_dir=Path(sys.argv[2])); "
+    code = ("import sys; from pathlib import Path; from retriever.bm25s_engine import BM25sEngine; "
+            "engine = BM25sEngine(Path(sys.argv[1]), index_dir=Path(sys.argv[2])); "
             "assert engine.search_batch(['word 3'], 1)[0][0].id == '3'")
     subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / "index")],
                    check=True, cwd=root,

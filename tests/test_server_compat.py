@@ -1,4 +1,4 @@
-"""Search-R1 server compatibility (issue 11 §4): topk 0, training-size batches, a body limit,
+"""Search-R1 server compatibility: topk 0, training-size batches, a body limit,
 bad queries that fail alone, dropped clients' work skipped, a bounded JVM heap.
 Real Lucene servers on loopback and the real in-process engines."""
 
@@ -140,7 +140,7 @@ def test_in_process_engines_isolate_a_failing_query(lucene_engine, bm25s_engine)
 def test_a_broken_engine_still_raises(default_corpus):
     from retriever.engine import open_engine
 
-    engine = open_engine("bm25", corpus="default")  # an engine of this test's own
+    engine = open_engine("lucene", corpus="default")  # an engine of this test's own
     engine.searcher.close()
     # Every query fails and so does the probe: an error, not empty results for everybody.
     with pytest.raises(Exception, match="completedTaskCount"):

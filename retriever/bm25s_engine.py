@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy
 import scipy.sparse
 
+from retriever.base import IsolatedSearch
 from retriever.corpus import cache_dir, corpus_key, load_records
 from retriever.doc import Doc
-from retriever.engine import IsolatedSearch
 
 _POSSESSIVE = re.compile(r"['’]s\b")
 TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -29,11 +29,10 @@ TOKEN_PATTERN = r"(?u)\b\w+\b"
 
 def _bm25s():
     """bm25s, imported so that it leaves the GPU alone. Importing bm25s runs a JAX top-k
-    when JAX is installed, and JAX then takes 75 % of a GPU's memory in every process that
-    imported bm25s (the retriever server and the evaluator each): seen on an H200, where the
-    model that shared the GPU could not allocate 18 MB. Only bm25s's own import uses JAX
-    here (this engine scores with scipy), so JAX is kept on the CPU and its preallocation
-    off, unless the user has set either variable or imported JAX already."""
+    when JAX is installed, and JAX by default preallocates most of a GPU's memory in every
+    process that imports it, leaving none for a model on the same GPU. Only bm25s's own
+    import uses JAX here (this engine scores with scipy), so JAX is kept on the CPU and its
+    preallocation off, unless the user has set either variable or imported JAX already."""
     if "jax" not in sys.modules:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
@@ -49,7 +48,7 @@ def _stemmer():
 
 
 # Score at most this many (query, document) pairs at once: a bound on the product's size
-# should every document match (64 MB of float32; a few queries at a time on wiki-18).
+# should every document match (64 MB of float32).
 MAX_SCORES_AT_ONCE = 16 * 2**20
 
 
@@ -60,7 +59,7 @@ def _tokenize(texts: list[str], stemmer, return_ids: bool = True):
                           stemmer=stemmer, show_progress=False, return_ids=return_ids)
 
 
-class SparseBM25(IsolatedSearch):
+class BM25sEngine(IsolatedSearch):
     name = "bm25s"
 
     def __init__(self, corpus: Path, index_dir: Path | None = None, k1: float = 0.9,
