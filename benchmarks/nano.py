@@ -13,7 +13,7 @@ then (c) run_agent_batch over the same questions with retrieval, as the evaluato
 Printed: EM (Search-R1's exact match on the last <answer>), well-formed rate (runs that end
 with an <answer>), searches per question, EM per question family, p50/p90 seconds per
 question, and the ratios (a)/(b) for EM and (c)/(a) for questions per second.
-Bar (issue 13): EM >= 0.5 with retrieval, <= 0.1 without, >= 95 % well-formed, p50 < 1 s.
+Bar: EM >= 0.5 with retrieval, <= 0.1 without, >= 95 % well-formed, p50 < 1 s.
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent.backends.hf import TransformersBackend  # noqa: E402
 from agent.loop import AgentSettings  # noqa: E402
+from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local  # noqa: E402
+from nano.data import BENCHMARK_NAME  # noqa: E402
 from nano.evaluate import (  # noqa: E402
-    BENCHMARK,
     EmptyRetriever,
-    load_questions,
+    fixed_sample,
     run_batched,
     run_one_by_one,
     score,
@@ -46,27 +47,27 @@ from retriever.client import LocalRetriever  # noqa: E402
 DEFAULT_MODEL = ROOT / "assets" / "nano-agent"
 
 
-def evaluate(model: str, records: list[dict], settings: AgentSettings | None = None,
+def evaluate(model: str, questions: list[Question], settings: AgentSettings | None = None,
              batch_size: int = 0, engine: str = "bm25") -> dict:
     settings = settings or AgentSettings()
     backend = TransformersBackend(model, device="cpu")
     retriever = LocalRetriever(engine=engine)
     retriever.search(["warm up"], 3)  # open the index before any timing
     start = time.perf_counter()
-    with_docs = run_one_by_one(records, backend, retriever, settings)
+    with_docs = run_one_by_one(questions, backend, retriever, settings)
     one_by_one_s = time.perf_counter() - start
-    result = {"with_retrieval": score(records, with_docs),
-              "without_retrieval": score(records, run_one_by_one(records, backend,
-                                                                  EmptyRetriever(), settings)),
-              "one_by_one_qps": len(records) / one_by_one_s}
+    result = {"with_retrieval": score(questions, with_docs),
+              "without_retrieval": score(questions, run_one_by_one(questions, backend,
+                                                                    EmptyRetriever(), settings)),
+              "one_by_one_qps": len(questions) / one_by_one_s}
     if batch_size:
         start = time.perf_counter()
-        batched = run_batched(records, backend, retriever, settings, batch_size)
-        result["batched_qps"] = len(records) / (time.perf_counter() - start)
-        result["batched_em"] = score(records, batched)["em"]
-    result["examples"] = [{"question": r["question"], "golden": r["golden_answers"],
-                           "answer": run.answer, "family": r["metadata"]["family"]}
-                          for r, run in zip(records, with_docs, strict=True)]
+        batched = run_batched(questions, backend, retriever, settings, batch_size)
+        result["batched_qps"] = len(questions) / (time.perf_counter() - start)
+        result["batched_em"] = score(questions, batched)["em"]
+    result["examples"] = [{"question": q.question, "golden": q.golden_answers,
+                           "answer": run.answer, "family": q.metadata["family"]}
+                          for q, run in zip(questions, with_docs, strict=True)]
     return result
 
 
@@ -98,7 +99,9 @@ def report(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--benchmark", default=str(BENCHMARK))
+    parser.add_argument("--data-dir", default=str(LOCAL_BENCHMARKS[BENCHMARK_NAME]),
+                        help="the directory holding vitalqa/test.jsonl (as the evaluator's "
+                        "--data-dir)")
     parser.add_argument("--limit", type=int, default=None, help="a fixed sample of N questions")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (2 cores: 2)")
     parser.add_argument("--batch-size", type=int, default=16, help="0 skips (c)")
@@ -108,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    records = load_questions(Path(args.benchmark), args.limit)
-    result = evaluate(args.model, records, batch_size=args.batch_size, engine=args.engine)
+    questions, _, _ = load_local(Path(args.data_dir), BENCHMARK_NAME)
+    result = evaluate(args.model, fixed_sample(questions, args.limit),
+                      batch_size=args.batch_size, engine=args.engine)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False))

@@ -86,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from agent.backends.hf import TransformersBackend
+    from evaluator.benchmarks import Question
     from nano.rl import RLConfig, batched_log_probs
-    from nano.rollout import Question, TimedRetriever, rollout
+    from nano.rollout import TimedRetriever, rollout
     from retriever.client import LocalRetriever
 
     torch.set_num_threads(args.threads)
@@ -100,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         ref_model = TransformersBackend(model, device="cpu", dtype="float32").model
         params = sum(p.numel() for p in backend.model.parameters())
         titles = corpus_titles(args.batch_questions * (args.steps + 1))
-        questions = [Question(question_for(t), (t,)) for t in titles]
+        questions = [Question(id=f"bench-{i}", dataset="bench", question=question_for(t),
+                              golden_answers=[t]) for i, t in enumerate(titles)]
         retriever = TimedRetriever(LocalRetriever(engine=args.engine))
         retriever.search(["warm up"])
         config = RLConfig(method="llds-a", model=model, group_size=args.group_size,

@@ -9,8 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.loop import AgentSettings
-from nano.data import BENCHMARK_NAME, benchmark_questions, build_questions, write_benchmark
-from nano.questions import Question
+from nano.data import (
+    benchmark_path,
+    benchmark_question,
+    benchmark_questions,
+    build_questions,
+    read_human,
+    write_benchmark,
+)
+from nano.options import option
+from nano.questions import GeneratedQuestion
 from nano.teacher import trajectories
 from nano.tokenizer import build_tokenizer
 from retriever.client import LocalRetriever
@@ -24,16 +32,28 @@ COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3}
 
 @dataclass(frozen=True)
 class DataConfig:
-    out: Path  # tokenizer/ and train.jsonl go here
-    benchmark: Path | None = None  # DIR/vitalqa/test.jsonl is written when given
-    corpus: str = "default"
-    engine: str = "bm25"
-    vocab_size: int = 4096
-    limit: int | None = None  # at most this many training questions (micro runs)
-    trajectories: bool = True  # False: only the tokenizer and the benchmark file
+    out: Path = option(Path("nano-data"), "directory for tokenizer/ and train.jsonl")
+    benchmark: Path | None = option(None, "write the vitalqa benchmark under DIR too (the "
+                                          "shipped copy: assets)", flag="--benchmark-dir")
+    corpus: str = option("default", "the corpus the questions and documents come from")
+    engine: str = option("bm25", "retrieval engine the teacher searches with")
+    vocab_size: int = option(4096, "BPE vocabulary size")
+    limit: int | None = option(None, "at most this many training questions")
+    trajectories: bool = option(True, "write the training trajectories (--no-trajectories: "
+                                      "only the tokenizer and the benchmark file)")
+
+    def __post_init__(self) -> None:
+        if self.vocab_size < 512:
+            raise ValueError(f"--vocab-size is {self.vocab_size}; give at least 512 (the "
+                             "byte alphabet, the special tokens and merges).")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
+        if self.out.exists() and not self.out.is_dir():
+            raise ValueError(f"--out {self.out} is a file; pass a directory.")
 
 
-def training_selection(train: list[Question], limit: int | None = None) -> list[Question]:
+def training_selection(train: list[GeneratedQuestion],
+                       limit: int | None = None) -> list[GeneratedQuestion]:
     """Questions kept for training: COPIES phrasings per family, in a stable mixed order."""
     from nano.questions import stable_int
 
@@ -53,10 +73,10 @@ def build_data(config: DataConfig, log=print) -> dict:
     train, held = build_questions(records, max(COPIES.values()))
     summary: dict = {"articles": len(records)}
     if config.benchmark is not None:
-        human = ([json.loads(x) for x in HUMAN_QUESTIONS.read_text().splitlines() if x.strip()]
-                 if HUMAN_QUESTIONS.is_file() else [])
-        path = config.benchmark / BENCHMARK_NAME / "test.jsonl"
-        summary["benchmark"] = dict(write_benchmark(benchmark_questions(held), human, path))
+        questions = [benchmark_question(q) for q in benchmark_questions(held)]
+        path = benchmark_path(config.benchmark)
+        summary["benchmark"] = dict(write_benchmark(questions + read_human(HUMAN_QUESTIONS),
+                                                    path))
         log(f"wrote {path}: {summary['benchmark']}")
     if not config.trajectories:
         return summary

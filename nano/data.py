@@ -11,9 +11,15 @@ import random
 from collections import Counter
 from pathlib import Path
 
+from evaluator.benchmarks import (
+    LOCAL_BENCHMARKS,
+    Question,
+    local_candidates,
+    question_from_record,
+)
 from nano.questions import (
     Article,
-    Question,
+    GeneratedQuestion,
     articles_from_records,
     definition_question,
     description_of,
@@ -25,7 +31,7 @@ from nano.questions import (
     stable_int,
 )
 
-BENCHMARK_NAME = "vitalqa"
+BENCHMARK_NAME = "vitalqa"  # the evaluator knows it by this name (LOCAL_BENCHMARKS)
 # Held-out questions per family in the benchmark (the rest of the held-out pool is unused).
 BENCHMARK_CAPS = {"definition": 120, "description": 100, "span": 120, "twohop": 60}
 
@@ -38,51 +44,50 @@ def _title_answers(article: Article) -> tuple[str, ...]:
     return tuple(dict.fromkeys([article.name, article.title]))
 
 
-def questions_for(article: Article, by_title: dict[str, Article], copies: int = 1
-                  ) -> list[Question]:
+def questions_for(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
     """All questions about one article, `copies` phrasings of each."""
-    out: list[Question] = []
+    out: list[GeneratedQuestion] = []
     for copy in range(copies):
         key = f"{article.id}:{copy}"
         if text := definition_question(article, _rng("def" + key)):
-            out.append(Question(f"definition-{article.id}-{copy}", phrase(text, _rng("p" + key)),
-                                _title_answers(article), "definition", (article.title,),
-                                reformulations=reformulations_for(text)))
-        if text := description_question(article, _rng("desc" + key)):
-            out.append(Question(f"description-{article.id}-{copy}",
-                                phrase(text, _rng("pd" + key)), _title_answers(article),
-                                "description", (article.title,),
-                                reformulations=reformulations_for(text)))
+            out.append(GeneratedQuestion(
+                f"definition-{article.id}-{copy}", phrase(text, _rng("p" + key)),
+                _title_answers(article), "definition", (article.title,),
+                reformulations=reformulations_for(text)))
+        if text := description_question(article):
+            out.append(GeneratedQuestion(
+                f"description-{article.id}-{copy}", phrase(text, _rng("pd" + key)),
+                _title_answers(article), "description", (article.title,),
+                reformulations=reformulations_for(text)))
         for n, (relation, text, answer) in enumerate(span_facts(article)):
-            out.append(Question(f"span-{article.id}-{n}-{copy}",
-                                phrase(text, _rng(f"ps{n}" + key)), (answer,), "span",
-                                (article.title,), relation,
-                                reformulations=reformulations_for(text, article.name)))
+            out.append(GeneratedQuestion(
+                f"span-{article.id}-{n}-{copy}", phrase(text, _rng(f"ps{n}" + key)),
+                (answer,), "span", (article.title,), relation,
+                reformulations=reformulations_for(text, article.name)))
             description = description_of(article)
             if description and answer.lower() not in description.lower():
                 hop = text.replace(article.name, description)
-                out.append(Question(f"twohop-{article.id}-{n}-{copy}",
-                                    phrase(hop, _rng(f"ph{n}" + key)), (answer,), "twohop",
-                                    (article.title,), relation, bridge=article.title,
-                                    second_query=text))
+                out.append(GeneratedQuestion(
+                    f"twohop-{article.id}-{n}-{copy}", phrase(hop, _rng(f"ph{n}" + key)),
+                    (answer,), "twohop", (article.title,), relation, bridge=article.title,
+                    second_query=text))
     return out
 
 
 def build_questions(records: list[dict], train_copies: int = 2
-                    ) -> tuple[list[Question], list[Question]]:
+                    ) -> tuple[list[GeneratedQuestion], list[GeneratedQuestion]]:
     """(training questions, held-out pool): no held-out article in any training question."""
     articles = articles_from_records(records)
-    by_title = {a.title: a for a in articles}
     train, held = [], []
     for article in articles:
         if held_out(article.title):
-            held.extend(questions_for(article, by_title, 1))
+            held.extend(questions_for(article, 1))
         else:
-            train.extend(questions_for(article, by_title, train_copies))
+            train.extend(questions_for(article, train_copies))
     return train, held
 
 
-def benchmark_questions(held: list[Question]) -> list[Question]:
+def benchmark_questions(held: list[GeneratedQuestion]) -> list[GeneratedQuestion]:
     """A fixed sample of the held-out pool, capped per family, in a stable order."""
     out = []
     for family, cap in BENCHMARK_CAPS.items():
@@ -91,25 +96,42 @@ def benchmark_questions(held: list[Question]) -> list[Question]:
     return out
 
 
-def to_record(q: Question) -> dict:
-    """FlashRAG's record format, the family and articles in `metadata`."""
-    return {"id": q.id, "question": q.question, "golden_answers": list(q.answers),
-            "metadata": {"family": q.family, "articles": list(q.articles),
-                         "relation": q.relation}}
+def benchmark_path(directory: Path) -> Path:
+    """Where the evaluator looks for vitalqa first under `directory` (DIR/vitalqa/test.jsonl)."""
+    return local_candidates(directory, BENCHMARK_NAME)[0]
 
 
-def read_human(path: Path) -> list[dict]:
+def shipped_benchmark() -> Path:
+    """The vitalqa file shipped with the repository, where the evaluator loads it from."""
+    return benchmark_path(LOCAL_BENCHMARKS[BENCHMARK_NAME])
+
+
+def benchmark_question(q: GeneratedQuestion) -> Question:
+    """A generated question as a benchmark question, the family and articles in metadata."""
+    return Question(id=q.id, dataset=BENCHMARK_NAME, question=q.question,
+                    golden_answers=list(q.answers),
+                    metadata={"family": q.family, "articles": list(q.articles),
+                              "relation": q.relation})
+
+
+def read_human(path: Path) -> list[Question]:
     """The hand-written questions (family `human`), kept in their own file."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [question_from_record(json.loads(line), BENCHMARK_NAME, n, f"{path}:{n + 1}")
+            for n, line in enumerate(lines)]
 
 
-def write_benchmark(questions: list[Question], human: list[dict], path: Path) -> Counter:
+def as_record(question: Question) -> dict:
+    """FlashRAG's record format (the dataset is the file's place, not a field)."""
+    return {"id": question.id, "question": question.question,
+            "golden_answers": question.golden_answers, "metadata": question.metadata}
+
+
+def write_benchmark(questions: list[Question], path: Path) -> Counter:
     """Write `vitalqa` as JSON lines; returns the count per family."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    records = [to_record(q) for q in questions] + human
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records),
-                   encoding="utf-8")
+    tmp.write_text("".join(json.dumps(as_record(q), ensure_ascii=False) + "\n"
+                           for q in questions), encoding="utf-8")
     tmp.replace(path)
-    return Counter(r["metadata"]["family"] for r in records)
+    return Counter(q.metadata["family"] for q in questions)

@@ -4,16 +4,14 @@ evaluator runs it (the same answers, several times faster)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 from agent.loop import AgentSettings, run_agent, run_agent_batch
+from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local
 from evaluator.metrics import exact_match
+from nano.data import BENCHMARK_NAME
 from nano.questions import stable_int
-
-BENCHMARK = Path(__file__).resolve().parent.parent / "assets" / "vitalqa" / "test.jsonl"
 
 
 class EmptyRetriever:
@@ -23,47 +21,54 @@ class EmptyRetriever:
         return [[] for _ in queries]
 
 
-def load_questions(path: Path = BENCHMARK, limit: int | None = None) -> list[dict]:
-    """The benchmark's records; with a limit, a fixed sample spread over the families."""
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-               if line.strip()]
-    if limit:
-        records = sorted(records, key=lambda r: stable_int("sample:" + r["id"]))[:limit]
-    return records
+def fixed_sample(questions: list[Question], limit: int | None = None) -> list[Question]:
+    """With a limit, a fixed sample spread over the families (a hash of each id), else all."""
+    if not limit:
+        return list(questions)
+    return sorted(questions, key=lambda q: stable_int("sample:" + q.id))[:limit]
 
 
-def run_one_by_one(records: list[dict], backend, retriever, settings: AgentSettings) -> list:
+def vitalqa(limit: int | None = None) -> list[Question]:
+    """The shipped benchmark through the evaluator's loader; with a limit, `fixed_sample`."""
+    questions, _, _ = load_local(LOCAL_BENCHMARKS[BENCHMARK_NAME], BENCHMARK_NAME)
+    return fixed_sample(questions, limit)
+
+
+def run_one_by_one(questions: list[Question], backend, retriever,
+                   settings: AgentSettings) -> list:
+    """Finished runs in question order, one `run_agent` call each (as the UI runs them)."""
     out = []
-    for record in records:
+    for question in questions:
         finished = None
-        for event in run_agent(record["question"], backend, retriever, settings):
+        for event in run_agent(question.question, backend, retriever, settings):
             finished = event
         out.append(finished)
     return out
 
 
-def run_batched(records: list[dict], backend, retriever, settings: AgentSettings,
+def run_batched(questions: list[Question], backend, retriever, settings: AgentSettings,
                 batch_size: int = 16) -> list:
-    """Finished runs in record order, `batch_size` questions per run_agent_batch call."""
-    out: list = [None] * len(records)
-    for start in range(0, len(records), batch_size):
-        chunk = records[start:start + batch_size]
-        for i, run in run_agent_batch([r["question"] for r in chunk], backend, retriever,
+    """Finished runs in question order, `batch_size` questions per run_agent_batch call."""
+    out: list = [None] * len(questions)
+    for start in range(0, len(questions), batch_size):
+        chunk = questions[start:start + batch_size]
+        for i, run in run_agent_batch([q.question for q in chunk], backend, retriever,
                                       settings):
             out[start + i] = run
     return out
 
 
-def score(records: list[dict], finished: list) -> dict:
+def score(questions: list[Question], finished: list) -> dict:
+    """EM, well-formed rate, searches, EM per family and seconds of the runs."""
     by_family: dict[str, list[int]] = defaultdict(list)
     ems = []
-    for record, run in zip(records, finished, strict=True):
-        em = exact_match(run.answer, record["golden_answers"])
+    for question, run in zip(questions, finished, strict=True):
+        em = exact_match(run.answer, question.golden_answers)
         ems.append(em)
-        by_family[record["metadata"]["family"]].append(em)
+        by_family[question.metadata["family"]].append(em)
     seconds = [run.seconds for run in finished]
     return {
-        "questions": len(records),
+        "questions": len(questions),
         "em": statistics.mean(ems),
         "well_formed": statistics.mean(run.answer is not None for run in finished),
         "searches": statistics.mean(run.searches for run in finished),

@@ -1,10 +1,12 @@
 """The GRPO loss and the LLDS term, as pure tensor functions (no model, no I/O).
 
 Shapes: B responses, R response tokens (padded). `mask` is 1 on tokens the model generated
-(state masking: prompt padding, observations and invalid-action notes are 0). Every
-definition follows ../shared/LLDS.md (the LLDS fork of verl): group-normalised outcome
-advantages, PPO clipped ratio, `low_var_kl` to the reference as a loss, and the LLDS
-penalty on likelihood that fell for responses with advantage >= 0.
+(state masking: prompt padding, observations and invalid-action notes are 0). The
+definitions are those of the LLDS fork of verl: group-normalised outcome advantages
+((r - mean) / (std + 1e-6) per group of the same prompt), the PPO clipped ratio,
+`low_var_kl` to the frozen reference as a loss, and the LLDS penalty lambda * max(0,
+old - new) on the generated tokens of responses with advantage >= 0 whose likelihood fell
+(judged per response, or per action: a contiguous run of generated tokens).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ EPS = 1e-6
 class LossConfig:
     clip_ratio: float = 0.2
     kl_coef: float = 0.001  # low_var_kl to the frozen reference, as a loss
-    entropy_coef: float = 0.0  # no entropy bonus by default (LLDS.md)
+    entropy_coef: float = 0.0  # the recipe has no entropy bonus
     llds_lambda: float = 0.0  # `no_reduce_lambda`; 0 is plain GRPO
     answer_lambda: float = 0.0  # `answer_no_reduce_lambda`: the answer span's weight (MA)
     gate: str = "response"  # "response" (LLDS-R) or "action" (LLDS-A, `chunk_noreduce`)
@@ -64,8 +66,8 @@ def low_var_kl(log_prob: torch.Tensor, ref_log_prob: torch.Tensor) -> torch.Tens
     return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    log_probs = F.log_softmax(logits.float(), dim=-1)
+def entropy(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy of each distribution over the last dimension, from its log-probabilities."""
     return -(log_probs.exp() * log_probs).sum(-1)
 
 

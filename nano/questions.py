@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 HELD_OUT_PERCENT = 10  # articles whose questions are held out (by a hash of the title)
 
@@ -47,7 +47,10 @@ class Article:
 
 
 @dataclass(frozen=True)
-class Question:
+class GeneratedQuestion:
+    """A training or benchmark question written from the corpus, with what the teacher
+    needs to answer it (the articles, the reformulations, a two-hop question's bridge)."""
+
     id: str
     question: str
     answers: tuple[str, ...]  # golden answers; the first is the one the teacher gives
@@ -57,7 +60,6 @@ class Question:
     reformulations: tuple[str, ...] = ()
     bridge: str = ""  # two-hop: the title the first search should find
     second_query: str = ""  # two-hop: the search to make about the bridge
-    meta: dict = field(default_factory=dict, compare=False)
 
 
 def stable_int(text: str) -> int:
@@ -126,7 +128,7 @@ _PRONOUN_RE = re.compile(r"^(It|He|She|They|This) ((?:is|was|are|were|has|had|be
                          r"\w+ed) .{10,})$")
 
 
-def description_question(article: Article, rng: random.Random) -> str | None:
+def description_question(article: Article) -> str | None:
     """A later sentence whose subject is the article: 'It originated …' → 'what originated …'."""
     for sentence in sentences(article.text)[1:4]:
         match = _PRONOUN_RE.match(sentence)

@@ -5,62 +5,87 @@ temperature 1), EM rewards, group advantages, old and reference log-probs in a f
 before the update (as verl recomputes them), then PPO mini-batches with AdamW. The loss is
 nano/llds.py. Logs go to a verl-style console log and JSON lines that `python -m curves`
 reads. Full-scale training is verl with the LLDS fork; this is its recipe at laptop scale.
-Over 300 lines because the loop, its checkpointing and its CLI read best in one place.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import random
-import shlex
-import sys
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nano.llds import LossConfig
+from nano import checkpoint
+from nano.llds import LossConfig, entropy
+from nano.options import option
 
 METHODS = {"grpo": None, "llds-r": "response", "llds-a": "action"}
 
 
 @dataclass(frozen=True)
 class RLConfig:
-    method: str = "grpo"
-    model: str = ""
-    train_data: str = ""
-    val_data: str = ""
-    val_name: str = ""  # the set's name in `val/test_score/<name>`; default: file stem
-    out: str = "runs/nano-rl"
-    steps: int = 30
-    lr: float = 1e-5
-    kl_coef: float = 0.001
-    llds_lambda: float = 0.2
-    answer_lambda: float | None = None  # set: the MA variant (answer span weighted lower)
-    group_size: int = 5
-    batch_questions: int = 8
-    mini_batches: int = 2  # PPO updates per step (512 prompts / 256 in the paper)
-    micro_batch: int = 8  # responses per forward pass (gradient accumulation)
-    clip_ratio: float = 0.2
-    warmup_ratio: float = 0.285
-    grad_clip: float = 1.0
-    weight_decay: float = 0.01
-    top_p: float = 0.95
-    temperature: float = 1.0
-    max_turns: int = 3
-    max_new_tokens: int = 500
-    max_obs_tokens: int = 500
-    max_context_tokens: int = 4096
-    engine: str = "bm25s"
-    corpus: str = "default"
-    val_every: int = 5
-    val_limit: int = 100
-    seed: int = 0
-    threads: int = 2
-    save_every: int = 10
-    resume: bool = False
+    method: str = option("grpo", "grpo, or the LLDS term gated per response (llds-r) or "
+                                 "per action (llds-a)", choices=tuple(sorted(METHODS)))
+    model: str = option("", "the starting checkpoint (a Qwen2 model directory); required")
+    train_data: str = option("", "JSON lines with question and golden_answers; required")
+    val_data: str = option("", "validation questions, same format")
+    val_name: str = option("", "the set's name in `val/test_score/<name>`; default: the "
+                               "file's stem")
+    out: str = option("runs/nano-rl", "where logs, the checkpoint and the model go")
+    resume: bool = option(False, "go on from OUT/checkpoint (an existing one is refused "
+                                 "without this flag)")
+    steps: int = option(30, "training steps")
+    lr: float = option(1e-5, "peak learning rate (linear warm-up, then constant)")
+    kl_coef: float = option(0.001, "weight of low_var_kl to the reference, as a loss")
+    llds_lambda: float = option(0.2, "LLDS weight (no_reduce_lambda); unused by grpo",
+                                flag="--lambda")
+    answer_lambda: float | None = option(None, "weight of the answer span (the MA variant; "
+                                               "capped at --lambda)")
+    group_size: int = option(5, "responses per question (the GRPO group)")
+    batch_questions: int = option(8, "questions per step")
+    mini_batches: int = option(2, "PPO updates per step (512 prompts / 256 in the paper)")
+    micro_batch: int = option(8, "responses per forward pass (gradient accumulation)")
+    clip_ratio: float = option(0.2, "PPO clip range")
+    warmup_ratio: float = option(0.285, "fraction of the steps the learning rate warms up")
+    grad_clip: float = option(1.0, "gradient-norm clip")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    top_p: float = option(0.95, "nucleus sampling in rollouts")
+    temperature: float = option(1.0, "sampling temperature in rollouts")
+    max_turns: int = option(3, "search rounds per rollout")
+    max_new_tokens: int = option(500, "tokens per generated turn")
+    max_obs_tokens: int = option(500, "an observation is cut at this many tokens")
+    max_context_tokens: int = option(4096, "a rollout stops at this context length")
+    engine: str = option("bm25s", "retrieval engine")
+    corpus: str = option("default", "retrieval corpus")
+    val_every: int = option(5, "steps between validations")
+    val_limit: int = option(100, "validate on the first this-many questions")
+    seed: int = option(0, "seeds the question order and the sampling")
+    threads: int = option(2, "torch threads")
+    save_every: int = option(10, "steps between checkpoints")
+
+    def __post_init__(self) -> None:
+        """Values that cannot train, refused with what to pass instead."""
+        if self.method not in METHODS:
+            raise ValueError(f"--method {self.method!r}: pick one of {', '.join(METHODS)}.")
+        for name in ("steps", "group_size", "batch_questions", "mini_batches", "micro_batch",
+                     "max_new_tokens", "max_obs_tokens", "max_context_tokens", "val_every",
+                     "val_limit", "threads", "save_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
+                                 "must be at least 1.")
+        for name in ("kl_coef", "llds_lambda", "max_turns", "weight_decay", "clip_ratio",
+                     "warmup_ratio"):
+            if getattr(self, name) < 0:
+                flag = "lambda" if name == "llds_lambda" else name.replace("_", "-")
+                raise ValueError(f"--{flag} is {getattr(self, name)}; it cannot be negative.")
+        if self.answer_lambda is not None and self.answer_lambda < 0:
+            raise ValueError(f"--answer-lambda is {self.answer_lambda}; it cannot be negative.")
+        if not self.lr > 0 or not self.grad_clip > 0 or not self.temperature > 0:
+            raise ValueError("--lr, --grad-clip and --temperature must be above 0 (they are "
+                             f"{self.lr}, {self.grad_clip}, {self.temperature}).")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p is {self.top_p}; it must be in (0, 1].")
 
     @property
     def name(self) -> str:
@@ -74,6 +99,48 @@ class RLConfig:
         return LossConfig(clip_ratio=self.clip_ratio, kl_coef=self.kl_coef,
                           llds_lambda=0.0 if gate is None else self.llds_lambda,
                           answer_lambda=self.answer_lambda or 0.0, gate=gate or "response")
+
+
+def check_paths(config: RLConfig) -> None:
+    """The model and question files exist and OUT can take the run: a ValueError saying
+    what to pass, before anything is loaded or written."""
+    if not config.model:
+        raise ValueError("--model is required: the starting Qwen2 checkpoint directory.")
+    if not (Path(config.model) / "config.json").is_file():
+        raise ValueError(f"--model {config.model}: no model there (no config.json); pass a "
+                         "Qwen2 model directory, e.g. assets/nano-agent.")
+    if not config.train_data:
+        raise ValueError("--train-data is required: a JSON-lines file of training questions.")
+    for flag, path in (("--train-data", config.train_data), ("--val-data", config.val_data)):
+        if path and not Path(path).is_file():
+            raise ValueError(f"{flag} {path}: no such file; pass a JSON-lines file whose "
+                             "records have question and golden_answers.")
+    out = Path(config.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; the run needs a directory: pass another "
+                         "--out.")
+    if checkpoint.exists(out / "checkpoint") and not config.resume:
+        raise ValueError(f"--out {out} already holds a run (checkpoint/): pass --resume to go "
+                         "on with it, or choose another --out.")
+
+
+def read_questions(path: str | Path) -> list:
+    """The questions of one file, through the evaluator's loader (FlashRAG records)."""
+    from evaluator.benchmarks import DataError, load_local
+
+    path = Path(path)
+    questions, _, found = load_local(path.parent, path.stem)
+    if found != path:
+        raise DataError(f"{path}: the loader would read {found} instead (same name); move "
+                        "the question file to a directory of its own.")
+    unanswerable = [q.id for q in questions if not q.golden_answers]
+    if unanswerable:
+        raise DataError(f"{path}: {len(unanswerable)} record(s) have no golden answers (e.g. "
+                        f"id {unanswerable[0]!r}), so no response could earn a reward; add "
+                        "golden_answers or remove them.")
+    if not questions:
+        raise DataError(f"{path} holds no questions.")
+    return questions
 
 
 # ------------------------------------------------------------------------ the model side
@@ -102,7 +169,7 @@ def _padded(samples, device):
             mask.to(device), span.to(device), width_p)
 
 
-def response_log_probs(model, samples, entropy: bool = False):
+def response_log_probs(model, samples, with_entropy: bool = False):
     """Per response token (B, R): log-prob of the sampled token, and the entropy; zeros on
     unmasked tokens. Only generated positions go through the output head (saves memory)."""
     import torch
@@ -117,9 +184,9 @@ def response_log_probs(model, samples, entropy: bool = False):
     log_prob = torch.zeros_like(mask)
     log_prob[picked] = log_softmax.gather(-1, labels[picked][:, None]).squeeze(-1)
     ent = None
-    if entropy:
+    if with_entropy:
         ent = torch.zeros_like(mask)
-        ent[picked] = -(log_softmax.exp() * log_softmax).sum(-1)
+        ent[picked] = entropy(log_softmax)
     return log_prob, ent, mask, span
 
 
@@ -149,6 +216,13 @@ def _stack(values: list, width: int):
     return out
 
 
+def trainable(samples: list, advantages) -> tuple[list, object]:
+    """The samples with at least one generated token, and their advantages, in step: a
+    response with no generated token has no loss to train on."""
+    keep = [i for i, s in enumerate(samples) if sum(s.mask)]
+    return [samples[i] for i in keep], advantages[keep]
+
+
 def update(model, optimizer, samples, old, ref, advantages, config: RLConfig,
            loss_config: LossConfig) -> dict[str, float]:
     """PPO mini-batches over the step's samples (in order, as verl splits them)."""
@@ -167,7 +241,7 @@ def update(model, optimizer, samples, old, ref, advantages, config: RLConfig,
         optimizer.zero_grad()
         for micro in micros:
             chunk = [samples[i] for i in micro]
-            log_prob, ent, mask, span = response_log_probs(model, chunk, entropy=True)
+            log_prob, ent, mask, span = response_log_probs(model, chunk, with_entropy=True)
             width = mask.shape[1]
             loss, metrics = total_loss(
                 log_prob, _stack([old[i] for i in micro], width),
@@ -230,23 +304,14 @@ def save_checkpoint(directory: Path, model, tokenizer, optimizer, scheduler, ste
                     config: RLConfig) -> None:
     import torch
 
-    partial = directory.with_name(directory.name + ".partial")
-    partial.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "step": step, "config": asdict(config),
-                "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}},
-               partial / "trainer_state.pt")
-    if directory.exists():  # replace only what this trainer wrote (its own checkpoint)
-        old = directory.with_name(directory.name + ".old")
-        directory.rename(old)
-        partial.rename(directory)
-        import shutil
+    def write_files(path: Path) -> None:
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
 
-        shutil.rmtree(old)
-    else:
-        partial.rename(directory)
+    checkpoint.save(directory, write_files,
+                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                     "step": step, "config": asdict(config),
+                     "rng": {"torch": torch.get_rng_state(), "python": random.getstate()}})
 
 
 # ------------------------------------------------------------------------ the loop
@@ -270,28 +335,23 @@ def train(config: RLConfig, command: str = "") -> Path:
     from agent.backends.hf import TransformersBackend
     from agent.loop import AgentSettings
     from nano.llds import group_advantages
-    from nano.rollout import TimedRetriever, load_questions, rollout
+    from nano.rollout import TimedRetriever, rollout
     from retriever.client import LocalRetriever
 
+    check_paths(config)
+    train_questions = read_questions(config.train_data)
+    val_questions = read_questions(config.val_data) if config.val_data else []
+    val_name = config.val_name or (Path(config.val_data).stem if config.val_data else "")
     out = Path(config.out)
-    checkpoint = out / "checkpoint"
-    state = None
-    if checkpoint.exists():
-        if not config.resume:
-            raise SystemExit(f"{out} already holds a run (checkpoint/). Pass --resume to go "
-                             "on with it, or choose another --out.")
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    saved = out / "checkpoint"
+    state = checkpoint.load_state(saved) if config.resume and checkpoint.exists(saved) else None
     out.mkdir(parents=True, exist_ok=True)
     (out / "command.txt").write_text(command + "\n", encoding="utf-8")
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     random.seed(config.seed)
 
-    train_questions = load_questions(config.train_data)
-    val_questions = load_questions(config.val_data) if config.val_data else []
-    val_name = config.val_name or (Path(config.val_data).stem if config.val_data else "")
-
-    backend = TransformersBackend(str(checkpoint) if state else config.model, device="cpu",
+    backend = TransformersBackend(str(saved) if state else config.model, device="cpu",
                                   dtype="float32")
     model, tokenizer = backend.model, backend.tokenizer
     ref_model = TransformersBackend(config.model, device="cpu", dtype="float32").model
@@ -329,13 +389,12 @@ def train(config: RLConfig, command: str = "") -> Path:
         rolled = time.perf_counter()
         rewards = torch.tensor([s.reward for s in samples])
         advantages = group_advantages(rewards, [s.group for s in samples])
-        samples_ok = [s for s in samples if sum(s.mask)]  # a response with no token trains nothing
-        keep = [i for i, s in enumerate(samples) if sum(s.mask)]
-        old = batched_log_probs(model, samples_ok, config.micro_batch)
-        ref = batched_log_probs(ref_model, samples_ok, config.micro_batch)
+        kept, kept_advantages = trainable(samples, advantages)
+        old = batched_log_probs(model, kept, config.micro_batch)
+        ref = batched_log_probs(ref_model, kept, config.micro_batch)
         scored = time.perf_counter()
-        metrics = update(model, optimizer, samples_ok, old, ref, advantages[keep], config,
-                         loss_config) if samples_ok else {}
+        metrics = update(model, optimizer, kept, old, ref, kept_advantages, config,
+                         loss_config) if kept else {}
         scheduler.step()
         updated = time.perf_counter()
         metrics = {**metrics, **step_data_metrics(samples),
@@ -354,77 +413,9 @@ def train(config: RLConfig, command: str = "") -> Path:
         bar.set_postfix(score=f"{metrics['critic/score/mean']:.2f}",
                         pos_lp=f"{metrics.get('actor/pos_avg_old_log_prob', 0):.3f}")
         if step % config.save_every == 0 or step == config.steps:
-            save_checkpoint(checkpoint, model, tokenizer, optimizer, scheduler, step, config)
+            save_checkpoint(saved, model, tokenizer, optimizer, scheduler, step, config)
     bar.close()
     log.close()
     model.save_pretrained(out / "model")
     tokenizer.save_pretrained(out / "model")
     return out
-
-
-# ------------------------------------------------------------------------ the CLI
-
-_ENV = "LLDS_RL_"
-
-
-def _env_default(name: str, default):
-    value = os.environ.get(_ENV + name.upper())
-    if value is None:
-        return default
-    return type(default)(value) if default not in (None, "") else value
-
-
-def parse_args(argv: list[str] | None = None) -> RLConfig:
-    """CLI flags, each with an env-var twin (LLDS_RL_<FLAG>, e.g. LLDS_RL_LR)."""
-    defaults = RLConfig()
-    parser = argparse.ArgumentParser(
-        prog="python -m nano rl",
-        description="GRPO / LLDS training of a small search agent (nano scale, CPU). "
-                    f"Every flag falls back to an env var {_ENV}<FLAG>.")
-    parser.add_argument("--method", choices=sorted(METHODS),
-                        default=_env_default("method", defaults.method))
-    parser.add_argument("--lambda", dest="llds_lambda", type=float,
-                        default=_env_default("lambda", defaults.llds_lambda),
-                        help="LLDS weight (no_reduce_lambda); unused by grpo")
-    parser.add_argument("--answer-lambda", type=float,
-                        default=_env_default("answer_lambda", None),
-                        help="weight of the answer span (the MA variant; capped at --lambda)")
-    parser.add_argument("--model", default=_env_default("model", defaults.model),
-                        help="the starting checkpoint (a Qwen2 model directory)")
-    parser.add_argument("--train-data", default=_env_default("train_data", ""),
-                        help="JSON lines with question and golden_answers")
-    parser.add_argument("--val-data", default=_env_default("val_data", ""))
-    simple = {"val_name": str, "out": str, "steps": int, "lr": float, "kl_coef": float,
-              "group_size": int, "batch_questions": int, "mini_batches": int,
-              "micro_batch": int, "warmup_ratio": float, "grad_clip": float, "top_p": float,
-              "max_turns": int, "max_new_tokens": int, "max_obs_tokens": int,
-              "max_context_tokens": int, "engine": str, "corpus": str, "val_every": int,
-              "val_limit": int, "seed": int, "threads": int, "save_every": int}
-    for name, kind in simple.items():
-        parser.add_argument("--" + name.replace("_", "-"), type=kind,
-                            default=_env_default(name, getattr(defaults, name)))
-    parser.add_argument("--resume", action="store_true",
-                        default=os.environ.get(_ENV + "RESUME", "") not in ("", "0"))
-    args = parser.parse_args(argv)
-    if not args.model:
-        parser.error("--model is required: the starting Qwen2 checkpoint directory")
-    if not args.train_data:
-        parser.error("--train-data is required: a JSON-lines file of training questions")
-    for name in ("steps", "group_size", "batch_questions", "mini_batches", "micro_batch"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    values = {f.name: getattr(args, f.name) for f in fields(RLConfig) if hasattr(args, f.name)}
-    return RLConfig(**values)
-
-
-def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
-    command = "python -m nano rl " + shlex.join(sys.argv[1:] if argv is None else argv)
-    out = train(config, command)
-    print(f"done: logs in {out / 'train.log'} and {out / 'metrics.jsonl'}, model in "
-          f"{out / 'model'}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,23 +8,16 @@ builds rollouts) and marks the generated ones, so observations never enter the l
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from agent.loop import AgentSettings, run_agent_batch
+from evaluator.benchmarks import Question
 from evaluator.metrics import exact_match
 
 _ANSWER_SPAN_RE = re.compile(r"<answer>.*?</answer>", re.DOTALL)
-
-
-@dataclass(frozen=True)
-class Question:
-    question: str
-    golden_answers: tuple[str, ...]
 
 
 @dataclass
@@ -39,30 +32,6 @@ class Sample:
     answer_span: list[int]  # 1 on the tokens of the final <answer>...</answer>
     searches: int
     prediction: str | None
-
-
-def load_questions(path: str | Path) -> list[Question]:
-    """FlashRAG-style JSON lines with `question` and `golden_answers` (a list or a string)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No question file at {path}: pass a JSON-lines file whose "
-                                "records have `question` and `golden_answers`.")
-    out = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                answers = record["golden_answers"]
-                answers = [answers] if isinstance(answers, str) else list(answers)
-                out.append(Question(str(record["question"]), tuple(map(str, answers))))
-            except (ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"{path}, line {number}: not a record with `question` and "
-                                 f"`golden_answers` ({type(err).__name__}: {err}).") from err
-    if not out:
-        raise ValueError(f"{path} holds no questions.")
-    return out
 
 
 class TimedRetriever:

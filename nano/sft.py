@@ -6,8 +6,9 @@ invalid-action notes. A model trained only that way learns the format fast but i
 learn to copy a title or a name out of the documents, so for the first part of training an
 auxiliary language-model loss on the inserted documents (weight `doc_weight`, fading to 0)
 teaches copying: a document's text repeats its title, as the answer repeats the document.
-Continuing a name once started takes an induction circuit, which never grew by training in
-this project's CPU budget; `wire_induction` writes one into the fresh weights (nano/wire.py).
+Continuing a name once started takes an induction circuit, which a model this small does
+not grow from these trajectories on a CPU budget; `wire_induction` writes one into the fresh
+weights (nano/wire.py).
 """
 
 from __future__ import annotations
@@ -20,74 +21,128 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nano import checkpoint
+from nano.options import option
+
 PROMPT, OWN, INSERTED, CONTENT = 0, 1, 2, 3  # what each token is, for the loss weights
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    data: Path  # train.jsonl of trajectories (python -m nano data)
-    tokenizer: Path
-    out: Path
-    init: Path | None = None  # start from these weights (a saved model) instead of from scratch
-    hidden: int = 256
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    intermediate: int = 768
-    max_len: int = 2048  # longer trajectories are cut (the loss needs no more)
-    batch_tokens: int = 4096  # padded tokens per step
-    steps: int = 1800
-    minutes: float = 0.0  # when > 0, also a time budget: the schedule follows whichever ends first
-    lr: float = 2e-3
-    warmup: int = 50
-    weight_decay: float = 0.01
-    doc_weight: float = 0.5  # auxiliary LM loss on inserted text ...
-    doc_fade_start: float = 0.4  # ... at full weight until this fraction of the steps ...
-    doc_fade_end: float = 0.7  # ... and 0 from here on (the state-masked objective alone)
-    limit: int | None = None  # at most this many trajectories
-    # Also train on each trajectory's first turn alone (prompt + first search): the same
-    # tokens as its start, ten times cheaper, so copying the question into the query is seen
-    # far more often per second of training.
-    first_turns: bool = False
-    # Weight of the model's tokens inside <search>/<answer> (the query and the answer) against
-    # its other tokens (the fixed wording around them, learnt in a few hundred steps).
-    content_weight: float = 1.0
-    # Copy drills: this many extra sequences, each a window of a training document followed
-    # by the same window again, with the document loss on the repeat. Answers are names cut
-    # into several tokens, copied out of a document: that takes induction heads (find the
-    # token before, copy what came after it), and repeated text is the classic way to grow
-    # them. In this project's runs (model card) the drill loss fell only slowly: they did
-    # not form within two hours on 2 cores.
-    copy_drills: int = 0
-    # A curriculum stage before everything else: this many steps on random-token sequences
-    # and spans copied out of them (loss on each span after its first token). Only an
-    # induction head lowers that loss; the trajectories alone did not grow one in two hours,
-    # and at 4M parameters on 2 cores these batches did not either within an hour (model
-    # card, fifth attempt): a stage to run long, or on a GPU. With wire_induction the
-    # circuit is there from step 0 and these batches only keep it.
-    induction_steps: int = 0
-    # ... and after it, every this-many-th step is such a batch again (0: never). Without
-    # them the trajectories' gradients erase what the stage grew within a few hundred steps
-    # (measured with the first, fixed-distance batches: back above chance by step 600).
-    induction_every: int = 0
-    # This fraction of the runs gets its answer replaced, in the documents and the answer
-    # alike, by another run's answer of the same family: a name the question's words do
-    # not predict, so only copying it out of the documents lowers the loss.
-    swap_answers: float = 0.0
-    # Write an induction circuit into the fresh model's weights before training (nano/wire.py;
-    # rope_theta becomes 1e6 so its matching head's rotary pairs barely turn). Only from
-    # scratch: refused together with --init.
-    wire_induction: bool = False
-    seed: int = 0
-    threads: int = 2
-    save_every: int = 100
-    log_every: int = 25
+    data: Path = option(Path("nano-data/train.jsonl"),
+                        "train.jsonl of trajectories (python -m nano data)")
+    tokenizer: Path = option(Path("nano-data/tokenizer"), "the tokenizer directory")
+    out: Path = option(Path("nano-run"), "where the checkpoint and the model go")
+    init: Path | None = option(None, "start from this saved model instead of from scratch")
+    resume: bool = option(False, "go on from OUT/checkpoint (an existing one is refused "
+                                 "without this flag)")
+    hidden: int = option(256, "width of the residual stream")
+    layers: int = option(4, "transformer layers")
+    heads: int = option(4, "attention heads (they divide --hidden)")
+    kv_heads: int = option(2, "key/value heads (they divide --heads)")
+    intermediate: int = option(768, "width of the MLP")
+    max_len: int = option(2048, "longer trajectories are cut (the loss needs no more)")
+    batch_tokens: int = option(4096, "padded tokens per step")
+    steps: int = option(1800, "optimizer steps")
+    minutes: float = option(0.0, "when > 0, also a time budget: the schedule follows "
+                                 "whichever ends first")
+    lr: float = option(2e-3, "peak learning rate (cosine to a tenth of it)")
+    warmup: int = option(50, "linear warm-up steps")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    doc_weight: float = option(0.5, "weight of the auxiliary LM loss on inserted text ...")
+    doc_fade_start: float = option(0.4, "... at full weight until this fraction of the run ...")
+    doc_fade_end: float = option(0.7, "... and 0 from here on (state masking alone)")
+    limit: int | None = option(None, "at most this many trajectories")
+    # The same tokens as the start of each trajectory, ten times cheaper, so copying the
+    # question into the query is seen far more often per second of training.
+    first_turns: bool = option(False, "also train on each run's first turn alone")
+    # The fixed wording around the query and the answer is learnt in a few hundred steps.
+    content_weight: float = option(1.0, "weight of the tokens inside <search>/<answer> "
+                                        "against the model's other tokens")
+    # Answers are names cut into several tokens, copied out of a document: that takes
+    # induction heads (find the token before, copy what came after it), and repeated text
+    # is the classic way to grow them. At this model size they form only slowly.
+    copy_drills: int = option(0, "extra sequences: a window of a training document, then "
+                                 "the same window again, with the document loss on the repeat")
+    # Only an induction head lowers the loss on these batches. With wire_induction the
+    # circuit is there from step 0 and these batches keep it.
+    induction_steps: int = option(0, "a first stage of this many steps on random-token "
+                                     "sequences and spans copied out of them")
+    # Without them the trajectories' gradients erase what the stage grew within a few
+    # hundred steps.
+    induction_every: int = option(0, "after the stage, every this-many-th step is such a "
+                                     "batch again (0: never)")
+    # A name the question's words do not predict, so only copying it out of the documents
+    # lowers the loss.
+    swap_answers: float = option(0.0, "this fraction of the runs gets its answer replaced, "
+                                      "in documents and answer alike, by another run's "
+                                      "answer of the same family")
+    # rope_theta becomes 1e6 so the matching head's rotary pairs barely turn.
+    wire_induction: bool = option(False, "write an induction circuit into the fresh weights "
+                                         "before training (nano/wire.py); not with --init")
+    seed: int = option(0, "seeds the weights, the batch order and the drills")
+    threads: int = option(2, "torch threads")
+    save_every: int = option(100, "steps between checkpoints")
+    log_every: int = option(25, "steps between log lines")
 
     def __post_init__(self) -> None:
+        """Values that cannot train, refused with what to pass instead."""
+        positive = ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_len",
+                    "batch_tokens", "threads", "save_every", "log_every")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
+                                 "must be at least 1.")
+        for name in ("steps", "minutes", "warmup", "weight_decay", "doc_weight",
+                     "copy_drills", "induction_steps", "induction_every", "content_weight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
+                                 "cannot be negative.")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
+        if not self.lr > 0:
+            raise ValueError(f"--lr is {self.lr}; it must be above 0.")
+        if not 0 <= self.swap_answers <= 1:
+            raise ValueError(f"--swap-answers is {self.swap_answers}; it is a fraction, 0 to 1.")
+        if not 0 <= self.doc_fade_start <= self.doc_fade_end <= 1:
+            raise ValueError(f"--doc-fade-start {self.doc_fade_start} and --doc-fade-end "
+                             f"{self.doc_fade_end} are fractions of the run, start <= end.")
+        if self.hidden % self.heads:
+            raise ValueError(f"--heads {self.heads} does not divide --hidden {self.hidden}: "
+                             "each head gets hidden/heads dimensions; pick a divisor.")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"--kv-heads {self.kv_heads} does not divide --heads "
+                             f"{self.heads}; pick a divisor.")
         if self.wire_induction and self.init is not None:
             raise ValueError(f"--wire-induction writes a circuit into fresh weights, and --init "
                              f"{self.init} gives trained ones that would be used as they are: "
                              "pass one of the two.")
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
+
+
+def check_paths(config: TrainConfig) -> None:
+    """The files the run reads exist and OUT can take it: a ValueError saying what to pass,
+    before anything is loaded or written."""
+    if not Path(config.data).is_file():
+        raise ValueError(f"--data {config.data}: no such file; write the trajectories with "
+                         "`python -m nano data` or pass the path of a train.jsonl.")
+    if not _has_tokenizer(Path(config.tokenizer)):
+        raise ValueError(f"--tokenizer {config.tokenizer}: no tokenizer there (no "
+                         "tokenizer.json); pass the tokenizer/ directory `python -m nano "
+                         "data` wrote.")
+    if config.init is not None and not (Path(config.init) / "config.json").is_file():
+        raise ValueError(f"--init {config.init}: no saved model there (no config.json); pass "
+                         "the directory of a model this trainer saved.")
+    out = Path(config.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; the run needs a directory: pass another "
+                         "--out.")
+    if checkpoint.exists(out / "checkpoint") and not config.resume:
+        raise ValueError(f"--out {out} already holds a run (checkpoint/): pass --resume to go "
+                         "on with it, or choose another --out.")
 
 
 def encode_record(record: dict, tokenizer, turns: int | None = None
@@ -139,7 +194,7 @@ def swap_answer(record: dict, new: str) -> dict | None:
     return {**record, "answers": [new], "segments": segments}
 
 
-def read_records(config: TrainConfig) -> list[dict]:
+def read_trajectories(config: TrainConfig) -> list[dict]:
     """The runs, a `swap_answers` fraction of them with another run's answer swapped in."""
     with open(config.data, encoding="utf-8") as lines:
         records = [json.loads(line) for line in lines if line.strip()]
@@ -162,7 +217,7 @@ def read_records(config: TrainConfig) -> list[dict]:
 
 def load_examples(config: TrainConfig, tokenizer) -> list[tuple[list[int], list[int]]]:
     examples, documents = [], []
-    for record in read_records(config):
+    for record in read_trajectories(config):
         ids, kinds = encode_record(record, tokenizer)
         examples.append((ids[:config.max_len], kinds[:config.max_len]))
         if config.first_turns:
@@ -179,7 +234,7 @@ def copy_drills(documents: list[list[int]], count: int, rng: random.Random,
     """`count` sequences: a window of an inserted observation, then the same window again;
     only the repeat carries loss (as inserted text), so the loss rewards copying. Every
     other window is shuffled first: with no language to predict it from, the repeat can
-    only be copied (natural windows alone left a 4M model predicting, not copying)."""
+    only be copied, not predicted."""
     documents = [d for d in documents if len(d) > shortest]
     drills = []
     for n in range(count if documents else 0):
@@ -199,11 +254,10 @@ def induction_examples(rng: random.Random, low: int, high: int, rows: int = 12,
     """`rows` sequences of random ordinary tokens, then `probes` spans copied out of them
     from random places: each span's first token is given, the rest carry the loss (as
     inserted text). Random lengths and places matter: a repeat at a fixed distance is solved
-    by a head that looks a fixed number of tokens back (measured: the first version of
-    this stage, one 32-token window repeated, reached a loss of 0.03 and the model still
-    could not continue a name it had started), while here only a head that finds the token
-    just written earlier in the context and copies what followed it (an induction head)
-    lowers the loss, and continuing a name read in a document is exactly that."""
+    by a head that looks a fixed number of tokens back, which cannot continue a name read
+    anywhere in a document; here only a head that finds the token just written earlier in
+    the context and copies what followed it (an induction head) lowers the loss, and
+    continuing a name read in a document is exactly that."""
     out = []
     for _ in range(rows):
         length = rng.randint(*context)
@@ -316,30 +370,24 @@ def _save_checkpoint(model, optimizer, step: int, history: list, config: TrainCo
                      elapsed: float) -> None:
     import torch
 
-    ckpt = config.out / "checkpoint"
-    tmp = config.out / "checkpoint.tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(tmp), safe_serialization=True)
-    torch.save({"optimizer": optimizer.state_dict(), "step": step, "history": history,
-                "elapsed": elapsed, "torch_rng": torch.get_rng_state()}, tmp / "state.pt")
-    (tmp / "train_config.json").write_text(json.dumps(asdict(config), default=str, indent=1))
-    if ckpt.exists():
-        old = config.out / "checkpoint.old"
-        ckpt.rename(old)
-        tmp.rename(ckpt)
-        for f in old.iterdir():
-            f.unlink()
-        old.rmdir()
-    else:
-        tmp.rename(ckpt)
+    def write_files(path: Path) -> None:
+        model.save_pretrained(str(path), safe_serialization=True)
+        (path / "train_config.json").write_text(json.dumps(asdict(config), default=str,
+                                                           indent=1))
+
+    checkpoint.save(config.out / "checkpoint", write_files,
+                    {"optimizer": optimizer.state_dict(), "step": step, "history": history,
+                     "elapsed": elapsed, "torch_rng": torch.get_rng_state()})
 
 
 def train(config: TrainConfig, log=print) -> dict:
-    """Train (or resume) and save the model to config.out; returns the run's summary."""
+    """Train (or, with config.resume, go on from OUT/checkpoint) and save the model to
+    config.out; returns the run's summary."""
     import torch
     from tqdm import tqdm
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
+    check_paths(config)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer))
@@ -347,9 +395,9 @@ def train(config: TrainConfig, log=print) -> dict:
     lengths = [len(e[0]) for e in examples]
     ckpt = config.out / "checkpoint"
     step, history, elapsed_before = 0, [], 0.0
-    if (ckpt / "state.pt").is_file():
+    if config.resume and checkpoint.exists(ckpt):
+        state = checkpoint.load_state(ckpt)  # first: it completes an interrupted rotation
         model = Qwen2ForCausalLM.from_pretrained(str(ckpt))
-        state = torch.load(ckpt / "state.pt", weights_only=False)
         step, history, elapsed_before = state["step"], state["history"], state["elapsed"]
         torch.set_rng_state(state["torch_rng"])
         log(f"resuming from {ckpt} at step {step}")

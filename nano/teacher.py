@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from agent import protocol
 from agent.backends.base import Sampling, TokenizerText, TurnOutput
 from agent.loop import AgentSettings, run_agent_batch
-from nano.questions import Question
+from nano.questions import GeneratedQuestion
 
 SEARCH_FIRST = "<think> I need to search for this. </think>\n<search> {q} </search>"
 ANSWER = "<think> The answer is in Doc {i}. </think>\n<answer> {a} </answer>"
@@ -43,7 +43,7 @@ def documents_in(observation: str) -> list[tuple[int, str, str]]:
     return out
 
 
-def find_answer(question: Question, observation: str) -> int | None:
+def find_answer(question: GeneratedQuestion, observation: str) -> int | None:
     """The document (1-based) in which the model can read the answer, else None."""
     for index, title, text in documents_in(observation):
         if question.family in ("definition", "description"):
@@ -64,7 +64,7 @@ def as_query(question: str) -> str:
 
 @dataclass
 class _Plan:
-    question: Question
+    question: GeneratedQuestion
     searches: int = 0
     bridged: bool = False
     failed: bool = False
@@ -75,7 +75,7 @@ class TeacherBackend(TokenizerText):
 
     name = "teacher"
 
-    def __init__(self, tokenizer, questions: Sequence[Question], retriever,
+    def __init__(self, tokenizer, questions: Sequence[GeneratedQuestion], retriever,
                  settings: AgentSettings):
         self.tokenizer = tokenizer
         self.retriever = retriever
@@ -89,7 +89,7 @@ class TeacherBackend(TokenizerText):
         rendered = protocol.render_documents([doc.contents for doc in docs])
         return self.truncate(protocol.observation(rendered), self.settings.max_obs_tokens)
 
-    def _reformulation(self, question: Question) -> str | None:
+    def _reformulation(self, question: GeneratedQuestion) -> str | None:
         for query in question.reformulations:
             if find_answer(question, self._observation(query)) is not None:
                 return query
@@ -133,7 +133,7 @@ class TeacherBackend(TokenizerText):
         yield output
 
 
-def trajectories(questions: Sequence[Question], tokenizer, retriever,
+def trajectories(questions: Sequence[GeneratedQuestion], tokenizer, retriever,
                  settings: AgentSettings | None = None, batch_size: int = 256,
                  progress=None) -> Iterator[dict]:
     """Run the teacher through the real loop; yield each solved run as a training record."""

@@ -11,14 +11,21 @@ import pytest
 
 from agent import protocol
 from agent.loop import AgentSettings
-from nano.data import benchmark_questions, build_questions, read_human, to_record
-from nano.questions import Question, articles_from_records, held_out
+from nano.data import (
+    as_record,
+    benchmark_question,
+    benchmark_questions,
+    build_questions,
+    read_human,
+    shipped_benchmark,
+)
+from nano.questions import GeneratedQuestion, articles_from_records, held_out
 from nano.teacher import TeacherBackend, documents_in, trajectories
 from retriever.client import LocalRetriever
 from retriever.corpus import load_records
 
 ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = ROOT / "assets" / "vitalqa" / "test.jsonl"
+SHIPPED = shipped_benchmark()
 HUMAN = ROOT / "nano" / "vitalqa_human.jsonl"
 
 
@@ -76,8 +83,9 @@ def test_phrasings_vary_as_people_type(questions):
 def test_shipped_benchmark_is_what_the_code_writes(questions):
     """assets/vitalqa/test.jsonl: FlashRAG records, regenerated identically from the corpus."""
     shipped = [json.loads(x) for x in SHIPPED.read_text(encoding="utf-8").splitlines()]
-    expected = [to_record(q) for q in benchmark_questions(questions[1])] + read_human(HUMAN)
-    assert shipped == expected
+    expected = [benchmark_question(q) for q in benchmark_questions(questions[1])]
+    assert shipped == [as_record(q) for q in expected + read_human(HUMAN)]
+    assert SHIPPED == ROOT / "assets" / "vitalqa" / "test.jsonl"
     for record in shipped:
         assert set(record) == {"id", "question", "golden_answers", "metadata"}
         assert isinstance(record["golden_answers"], list) and record["golden_answers"]
@@ -90,12 +98,12 @@ def test_human_questions_are_about_held_out_articles(records):
     from nano.teacher import _norm
 
     articles = {a.title: a for a in articles_from_records(records)}
-    for record in read_human(HUMAN):
-        title = record["metadata"]["articles"][0]
+    for question in read_human(HUMAN):
+        title = question.metadata["articles"][0]
         assert held_out(title), title
         article = articles[title]
         text = _norm(article.title + " " + article.text)
-        assert any(_norm(a) in text for a in record["golden_answers"]), record
+        assert any(_norm(a) in text for a in question.golden_answers), question
 
 
 def test_evaluator_loads_vitalqa_from_a_data_dir():
@@ -138,9 +146,9 @@ def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
 
 def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
     """A first search that finds nothing useful leads to a reformulated second search."""
-    question = Question("span-test-0", "what nationality was zqxv wmbr", ("American",), "span",
-                        ("Stanley Kubrick",), "nationality",
-                        reformulations=("zqxv", "Stanley Kubrick"))
+    question = GeneratedQuestion("span-test-0", "what nationality was zqxv wmbr", ("American",),
+                                 "span", ("Stanley Kubrick",), "nationality",
+                                 reformulations=("zqxv", "Stanley Kubrick"))
     [run] = list(trajectories([question], tokenizer, retriever))
     actions = [protocol.parse_action(t) for t, mine in run["segments"] if mine]
     assert [(a.kind, a.content) for a in actions] == [
@@ -150,6 +158,7 @@ def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
 
 
 def test_unsolvable_questions_are_dropped(tokenizer, retriever):
-    question = Question("span-test-1", "what nationality was zqxv wmbr", ("Martian",), "span",
-                        ("Stanley Kubrick",), "nationality", reformulations=("Stanley Kubrick",))
+    question = GeneratedQuestion("span-test-1", "what nationality was zqxv wmbr", ("Martian",),
+                                 "span", ("Stanley Kubrick",), "nationality",
+                                 reformulations=("Stanley Kubrick",))
     assert list(trajectories([question], tokenizer, retriever)) == []

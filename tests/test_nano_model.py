@@ -75,15 +75,15 @@ def test_teacher_truncates_as_the_backend_does(backend, default_corpus):
 def test_held_out_em(backend):
     """Greedy on a fixed held-out sample: the EM measured for the shipped model (batched, as
     the evaluator runs it: the same answers as one at a time, several times faster)."""
-    from nano.evaluate import EmptyRetriever, load_questions, run_batched, score
+    from nano.evaluate import EmptyRetriever, run_batched, score, vitalqa
     from retriever.client import LocalRetriever
 
-    records = load_questions(limit=SAMPLE)
-    with_docs = score(records, run_batched(records, backend, LocalRetriever("bm25"),
-                                           AgentSettings()))
+    questions = vitalqa(limit=SAMPLE)
+    with_docs = score(questions, run_batched(questions, backend, LocalRetriever("bm25"),
+                                             AgentSettings()))
     assert with_docs["em"] == pytest.approx(MEASURED_EM, abs=TOLERANCE)
     assert with_docs["well_formed"] >= MEASURED_WELL_FORMED - TOLERANCE
     assert with_docs["searches"] == pytest.approx(1.0, abs=0.1)
-    few = records[:WITHOUT_SAMPLE]
+    few = questions[:WITHOUT_SAMPLE]
     without = score(few, run_batched(few, backend, EmptyRetriever(), AgentSettings()))
     assert without["em"] == MEASURED_EM_WITHOUT

@@ -1,7 +1,8 @@
 """The micro training run: real data through the CLI, a tiny Qwen2 trained from scratch.
 
-Its loss falls, it resumes from its checkpoint, and afterwards it writes well-formed
-actions (a parsable <search> or <answer>) more often than the same model at initialisation.
+Its loss falls, it resumes from its checkpoint (with resume, and only then), and afterwards
+it writes well-formed actions (a parsable <search> or <answer>) more often than the same
+model at initialisation.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 
 from agent import protocol
 from agent.loop import AgentSettings, run_agent
+from nano import checkpoint
 from nano.sft import TrainConfig, encode_record, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,8 +56,10 @@ def test_micro_training(micro_data, tmp_path):
     assert untrained["steps"] == 0
     half = train(TrainConfig(**{**config.__dict__, "steps": 40}), log=lambda *_: None)
     assert half["steps"] == 40
+    with pytest.raises(ValueError, match="already holds a run.*pass --resume"):
+        train(config, log=lambda *_: None)  # never mixed into silently
     lines: list[str] = []
-    summary = train(config, log=lines.append)  # resumes from step 40
+    summary = train(TrainConfig(**{**config.__dict__, "resume": True}), log=lines.append)
     assert any("resuming" in line and "step 40" in line for line in lines)
     history = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     assert history["steps"] == 80 == summary["steps"]
@@ -103,7 +107,7 @@ def test_copy_drills_repeat_a_window_with_loss_on_the_repeat_only():
 
 def test_train_cli_as_in_the_readme(micro_data, tmp_path):
     """`python -m nano train --data … --tokenizer … --out …` with the flags the model card
-    lists (first turns, content weight, copy drills, an induction stage): it trains, saves a
+    uses (first turns, content weight, copy drills, an induction stage): it trains, saves a
     loadable model and counts the drills among its sequences."""
     from transformers import AutoModelForCausalLM
 
@@ -150,9 +154,9 @@ def test_induction_batches_copy_spans_from_random_places():
 
 
 def test_a_fixed_distance_copier_does_not_solve_the_induction_batches(micro_data):
-    """Why the batches changed: a model trained on the first version (one 32-token window
-    repeated) learns to copy it, and that skill is worth nothing on spans copied from random
-    places (at chance or worse), as the 4M agents' was (model card, fifth attempt)."""
+    """Why the spans come from random places: a model trained on one window repeated at a
+    fixed distance learns to copy it, and that skill is worth nothing on spans copied from
+    random places (at chance or worse)."""
     import math
     import random
 
@@ -190,21 +194,18 @@ def test_a_fixed_distance_copier_does_not_solve_the_induction_batches(micro_data
         transfer = batch_loss(model, spans, range(len(spans)), 1.0)[2]
     chance = math.log(3997)
     # measured: 2.4 on unseen fixed-distance repeats (8.3 at the start), 17.8 on the spans
-    # (worse than chance, as the 4M agent's 12.3)
     assert learnt < 0.5 * chance and transfer > 0.9 * chance, (learnt, transfer)
 
 
 def test_induction_batches_recur_after_the_stage(micro_data, tmp_path):
     """With induction_every, every n-th step after the stage is an induction batch again (no
     own-token loss: the trajectories' steps have one)."""
-    import torch
 
     config = TrainConfig(data=micro_data / "train.jsonl", tokenizer=micro_data / "tokenizer",
                          out=tmp_path / "recur", **{**MICRO, "steps": 7, "save_every": 7,
                                                     "induction_steps": 2, "induction_every": 3})
     train(config, log=lambda *_: None)
-    history = torch.load(tmp_path / "recur" / "checkpoint" / "state.pt",
-                         weights_only=False)["history"]
+    history = checkpoint.load_state(tmp_path / "recur" / "checkpoint")["history"]
     induction = [step for step, own, _ in history if own == 0]
     assert induction == [1, 2, 4, 7]  # steps 0, 1 (the stage), then 3 and 6 (every 3rd)
 

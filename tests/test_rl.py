@@ -1,6 +1,7 @@
 """The RL trainer on tiny Qwen2 models the tests build: rollouts through the real agent loop
-and the real in-process retriever, token masks, log-probs, logs the curves reader takes in,
-and a 3-step run through the CLI (then resumed)."""
+and the real in-process retriever, token masks, log-probs, the update step against a
+hand-computed one, logs the curves reader takes in, and a 3-step run through the CLI (then
+resumed)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import torch
 
 from agent.events import Segment
 from agent.loop import AgentSettings
-from nano.rl import batched_log_probs, response_log_probs
-from nano.rollout import TimedRetriever, encode, load_questions, rollout
+from evaluator.benchmarks import DataError
+from nano.rl import batched_log_probs, read_questions, response_log_probs
+from nano.rollout import TimedRetriever, encode, rollout
 from tests.conftest import ROOT
 
 QUESTIONS = [
@@ -46,7 +48,7 @@ SETTINGS = AgentSettings(max_turns=3, max_new_tokens=16, max_obs_tokens=4000, gr
 def test_rollout_masks_only_what_the_model_generated(scripted_backend, local_retriever,
                                                      questions_file):
     retriever = TimedRetriever(local_retriever)
-    samples = rollout(scripted_backend, retriever, load_questions(questions_file)[:2], 2,
+    samples = rollout(scripted_backend, retriever, read_questions(questions_file)[:2], 2,
                       SETTINGS)
     assert [s.group for s in samples] == [0, 0, 1, 1]
     assert retriever.seconds > 0
@@ -88,7 +90,7 @@ def test_batched_log_probs_equal_one_by_one_full_forward(tiny_models, local_retr
     backend = TransformersBackend(str(tiny_models["random"]), device="cpu")
     short = AgentSettings(max_turns=1, max_new_tokens=8, greedy=False)
     samples = rollout(backend, TimedRetriever(local_retriever),
-                      load_questions(questions_file), 2, short)
+                      read_questions(questions_file), 2, short)
     batched = batched_log_probs(backend.model, samples, micro_batch=6)
     with torch.no_grad():
         for sample, got in zip(samples, batched, strict=True):
@@ -99,21 +101,26 @@ def test_batched_log_probs_equal_one_by_one_full_forward(tiny_models, local_retr
             mask = torch.tensor(sample.mask, dtype=torch.bool)
             assert torch.allclose(got[mask], want[mask], atol=1e-4)
             assert torch.all(got[~mask] == 0)
-    log_prob, entropy, mask, _ = response_log_probs(backend.model, samples[:2], entropy=True)
+    log_prob, entropy, mask, _ = response_log_probs(backend.model, samples[:2],
+                                                  with_entropy=True)
     assert torch.all(entropy[mask.bool()] > 0) and torch.all(entropy[~mask.bool()] == 0)
 
 
 def test_bad_question_file_says_what_is_wrong(tmp_path):
-    with pytest.raises(FileNotFoundError, match="question"):
-        load_questions(tmp_path / "missing.jsonl")
+    with pytest.raises(DataError, match="No file for 'missing'"):
+        read_questions(tmp_path / "missing.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "golden_answers": ["a"]}\n{"query": "x"}\n')
-    with pytest.raises(ValueError, match="line 2"):
-        load_questions(bad)
+    with pytest.raises(DataError, match="bad.jsonl:2: no 'question' field"):
+        read_questions(bad)
+    unanswerable = tmp_path / "unanswerable.jsonl"
+    unanswerable.write_text('{"id": "u1", "question": "q"}\n')
+    with pytest.raises(DataError, match="no golden answers.*'u1'"):
+        read_questions(unanswerable)
 
 
 def _run_cli(args):
-    return subprocess.run([sys.executable, "-m", "nano.rl", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "nano", "rl", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -155,7 +162,7 @@ def test_three_step_cli_run_writes_logs_checkpoint_and_model(micro_run):
     value = lines[1].split(" - ")[1].split(":")[-1]
     assert len(value.split(".")[1]) == 3  # verl's console rounding
     assert (out / "model" / "config.json").is_file()
-    assert (out / "checkpoint" / "trainer_state.pt").is_file()
+    assert (out / "checkpoint" / "state.pt").is_file()
     assert "--method llds-a" in (out / "command.txt").read_text()
 
 
@@ -183,7 +190,7 @@ def test_logs_parse_through_the_curves_reader_into_one_run(micro_run):
 def test_an_existing_run_is_refused_without_resume_and_continued_with_it(micro_run):
     out, args = micro_run
     refused = _run_cli(args)
-    assert refused.returncode != 0 and "--resume" in refused.stderr
+    assert refused.returncode == 2 and "pass --resume" in refused.stderr
     steps = args[args.index("--steps") + 1]
     more = [*args, "--resume"]
     more[more.index("--steps") + 1] = str(int(steps) + 1)
