@@ -6,7 +6,7 @@ train.jsonl: one phrasing of every question about a training-split article (no v
 article), in a stable shuffled order. val.jsonl: every 6th record of
 assets/vitalqa/test.jsonl (63 questions; the preliminary runs validated on its first 16 or
 32, which are definition and description questions only). val_sample.jsonl: the fixed
-sample of 48 spread over all families that `nano.evaluate.load_questions(limit=48)` draws
+sample of 48 spread over all families that `nano.evaluate.vitalqa(limit=48)` draws
 (the main runs validate on all of it).
 """
 
@@ -33,11 +33,12 @@ def main(out: Path) -> None:
     bench = Path("assets/vitalqa/test.jsonl").read_text(encoding="utf-8").splitlines()
     (out / "val.jsonl").write_text("".join(line + "\n" for line in bench[::6]),
                                    encoding="utf-8")
-    from nano.evaluate import load_questions
+    from nano.data import as_record
+    from nano.evaluate import vitalqa
 
-    sample = load_questions(limit=48)
-    (out / "val_sample.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sample),
-                                          encoding="utf-8")
+    sample = vitalqa(limit=48)
+    (out / "val_sample.jsonl").write_text("".join(json.dumps(as_record(q)) + "\n"
+                                                  for q in sample), encoding="utf-8")
     print(f"{len(train)} training questions, {len(bench[::6])} + {len(sample)} validation "
           f"questions in {out}")
 
