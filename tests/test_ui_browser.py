@@ -85,7 +85,7 @@ class ImageHost(ThreadingHTTPServer):
         host = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the http.server name
+            def do_GET(self):  # the name http.server calls
                 host.hits.append(self.path)
                 self.send_error(404)
 

@@ -104,7 +104,7 @@ def _checked(component, check):
     return component
 
 
-def Slider(minimum: float, maximum: float, **kwargs: Any) -> gr.Slider:  # noqa: N802
+def Slider(minimum: float, maximum: float, **kwargs: Any) -> gr.Slider:
     """A gr.Slider whose value is checked (type and range), with a message naming it."""
     slider = gr.Slider(minimum, maximum, **kwargs)
     integer = float(slider.step).is_integer() and float(minimum).is_integer()
@@ -112,14 +112,14 @@ def Slider(minimum: float, maximum: float, **kwargs: Any) -> gr.Slider:  # noqa:
                                                  maximum, integer=integer))
 
 
-def Number(value: float, **kwargs: Any) -> gr.Number:  # noqa: N802
+def Number(value: float, **kwargs: Any) -> gr.Number:
     """A gr.Number whose value is checked (type, range, whole when precision is 0)."""
     box = gr.Number(value, **kwargs)
     return _checked(box, lambda v: number(box.label or "value", v, box.minimum, box.maximum,
                                           integer=box.precision == 0))
 
 
-def Checkbox(value: bool, **kwargs: Any) -> gr.Checkbox:  # noqa: N802
+def Checkbox(value: bool, **kwargs: Any) -> gr.Checkbox:
     """A gr.Checkbox that takes true or false only."""
     box = gr.Checkbox(value, **kwargs)
     return _checked(box, lambda v: flag(box.label or "value", v))

@@ -34,7 +34,7 @@ def warm_up(retriever) -> threading.Thread:
     def work() -> None:
         try:
             _ = retriever.engine
-        except Exception:  # noqa: BLE001 - the first search reports it to the user
+        except Exception:  # the first search reports it to the user
             pass
 
     thread = threading.Thread(target=work, name="retriever-warm-up", daemon=True)

@@ -65,7 +65,7 @@ def pump(streams: Mapping[str, Iterator], cancel: threading.Event | None = None,
         try:
             for item in stream:
                 inbox.put((name, item))
-        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+        except BaseException as err:  # handed to the consumer
             inbox.put((name, err))
         finally:
             inbox.put((name, _END))
