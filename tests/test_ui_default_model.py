@@ -149,3 +149,16 @@ def test_every_front_end_takes_the_rule(registry_with, tiny_models, monkeypatch)
     assert studio_main.parse_args([]).model == NANO
     assert _run_parser().parse_args(["--datasets", "nq"]).model == NANO
     assert _run_parser().parse_args(["--model", "org/x"]).model == "org/x"
+
+
+def test_one_rule_says_which_models_are_nano_agents():
+    from app.ui.context import Studio
+    from app.ui.evaluate_tab import default_dataset
+
+    assert all(models.is_nano(m) for m in (NANO, NANO_GRPO, NANO_LLDS))
+    assert not any(models.is_nano(m) for m in ("nano-someone/a-hub-model", DEFAULT_MODEL, None))
+    for model, nano, dataset in ((NANO_LLDS, True, "vitalqa"),
+                                 ("nano-someone/a-hub-model", False, "nq")):
+        studio = Studio(pool=None, retriever=None, default_model=model)
+        assert studio.nano is nano and default_dataset(studio) == dataset
+        assert models.default_pair(model)[0] != DEFAULT_BASELINE or not nano
