@@ -11,6 +11,7 @@ import torch
 from nano.llds import (
     LossConfig,
     action_ids,
+    entropy,
     group_advantages,
     grpo_loss,
     likelihood_metrics,
@@ -181,3 +182,14 @@ def test_bad_config_is_refused_with_the_reason():
         LossConfig(gate="token")
     with pytest.raises(ValueError, match=">= 0"):
         LossConfig(llds_lambda=-0.1)
+
+
+def test_entropy_from_log_probs():
+    """log V for a uniform distribution over V, 0 for a certain one, and -sum p log p."""
+    uniform = torch.log_softmax(torch.zeros(2, 8), -1)
+    assert torch.allclose(entropy(uniform), torch.full((2,), math.log(8)))
+    certain = torch.log_softmax(torch.tensor([[0.0, -1e4, -1e4]]), -1)
+    assert entropy(certain).item() == pytest.approx(0.0, abs=1e-6)
+    p = torch.tensor([0.5, 0.25, 0.25])
+    assert entropy(p.log()).item() == pytest.approx(-(0.5 * math.log(0.5)
+                                                      + 0.5 * math.log(0.25)))

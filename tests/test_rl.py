@@ -232,3 +232,111 @@ def test_forget_cache_after_an_update_gives_what_the_updated_model_computes(tiny
     assert [t.text for t in forgot.generate(follow, [6, 6], greedy)] == want
     # The control: kept, the old keys and values do change what is generated.
     assert [t.text for t in stale.generate(follow, [6, 6], greedy)] != want
+
+
+# ------------------------------------------------------------------ the update, by hand
+
+def _tiny_model():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=24, hidden_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, intermediate_size=32,
+                         max_position_embeddings=64)
+    return Qwen2ForCausalLM(config).float()
+
+
+def _sample(group: int, prompt: list[int], response: list[int], mask: list[int]):
+    from nano.rollout import Sample
+
+    return Sample(group, 0.0, prompt, response, mask, [0] * len(response), 0, None)
+
+
+# Different prompt and response lengths (so padding differs per micro-batch), observations
+# (mask 0) inside responses, and different counts of generated tokens.
+SAMPLES = [([1, 2, 3], [4, 5, 6, 7], [1, 1, 0, 1]),
+           ([1, 8], [9, 10, 11], [1, 1, 1]),
+           ([1, 2, 12, 13], [14, 15], [1, 1]),
+           ([1], [16, 17, 18, 19, 20], [1, 0, 0, 1, 1])]
+ADVANTAGES = [1.0, -0.5, 0.3, -1.2]
+
+
+def _own_log_probs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
+    """Log-probs of the response tokens from one unpadded forward pass."""
+    ids = torch.tensor([prompt + response])
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+    return torch.log_softmax(logits.float(), -1).gather(
+        -1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_update_accumulates_micro_batches_into_one_step_as_computed_by_hand():
+    """Two micro-batches of two: each micro-batch's loss divided by 2, gradients added, one
+    optimizer step per mini-batch. At the start the ratio is 1 and the KL 0, so the loss of a
+    micro-batch is -sum(A_i * logp_it over generated t) / (its generated tokens)."""
+    import copy
+
+    from nano.rl import RLConfig, update
+
+    model = _tiny_model()
+    by_hand = copy.deepcopy(model)
+    samples = [_sample(i, *s) for i, s in enumerate(SAMPLES)]
+    advantages = torch.tensor(ADVANTAGES)
+    old = batched_log_probs(model, samples, micro_batch=4)
+    config = RLConfig(mini_batches=1, micro_batch=2, grad_clip=1e9, kl_coef=0.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    metrics = update(model, optimizer, samples, old, old, advantages, config, config.loss())
+
+    total, pg_losses = 0.0, []
+    for micro in ([0, 1], [2, 3]):
+        tokens = sum(sum(SAMPLES[i][2]) for i in micro)
+        loss = -sum(ADVANTAGES[i] * (_own_log_probs(by_hand, *SAMPLES[i][:2])
+                                     * torch.tensor(SAMPLES[i][2], dtype=torch.float)).sum()
+                    for i in micro) / tokens
+        pg_losses.append(-sum(ADVANTAGES[i] * sum(SAMPLES[i][2]) for i in micro) / tokens)
+        total = total + loss / 2
+    total.backward()
+    moved = 0.0
+    for (name, got), start in zip(model.named_parameters(), by_hand.parameters(), strict=True):
+        want = start - 0.5 * (start.grad if start.grad is not None else 0)
+        assert torch.allclose(got, want, atol=1e-6), name
+        moved += float((got - start).abs().sum().detach())
+    assert moved > 0  # the step did change the weights
+    assert metrics["actor/pg_loss"] == pytest.approx(sum(pg_losses) / 2, abs=1e-6)
+
+
+def test_micro_batches_of_equal_token_counts_match_one_full_batch_step():
+    """Same generated-token count in each micro-batch: accumulating two halves is the same
+    step as the whole mini-batch in one pass (padding and order change nothing)."""
+    import copy
+
+    from nano.rl import RLConfig, update
+
+    equal = [([1, 2, 3], [4, 5, 6], [1, 1, 1]), ([1], [9, 10, 11, 7], [1, 0, 1, 1]),
+             ([1, 2], [14, 15, 3], [1, 1, 1]), ([1, 5, 6, 7], [16, 17, 18], [1, 1, 1])]
+    samples = [_sample(i, *s) for i, s in enumerate(equal)]
+    advantages = torch.tensor(ADVANTAGES)
+    results = []
+    for micro_batch in (2, 4):
+        model = _tiny_model()
+        old = batched_log_probs(model, samples, micro_batch=4)
+        config = RLConfig(mini_batches=1, micro_batch=micro_batch, kl_coef=0.0, grad_clip=1e9)
+        update(model, torch.optim.SGD(model.parameters(), lr=0.5), samples, old, old,
+               advantages, config, config.loss())
+        results.append(copy.deepcopy(list(model.parameters())))
+    for halves, whole in zip(*results, strict=True):
+        assert torch.allclose(halves, whole, atol=1e-6)
+
+
+def test_a_dropped_response_takes_its_advantage_with_it():
+    """A response with no generated token is dropped, and every other sample keeps its own
+    advantage (not its neighbour's)."""
+    from nano.rl import trainable
+
+    samples = [_sample(0, [1], [2, 3], [1, 1]), _sample(0, [1], [4, 5], [0, 0]),
+               _sample(1, [1], [6], [1]), _sample(1, [1], [7, 8], [0, 1])]
+    advantages = torch.tensor([0.7, -0.7, 1.5, -1.5])
+    kept, kept_advantages = trainable(samples, advantages)
+    assert kept == [samples[0], samples[2], samples[3]]
+    assert kept_advantages.tolist() == pytest.approx([0.7, 1.5, -1.5])
+    nothing, none = trainable(samples[1:2], advantages[1:2])
+    assert nothing == [] and none.numel() == 0
