@@ -63,11 +63,11 @@ def write_fixture(data_dir: Path, count: int, held_out: bool = False) -> Path:
     path = data_dir / "nq" / "test.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     if held_out:
-        from nano.evaluate import load_questions
+        from nano.evaluate import vitalqa
 
-        records = [{"id": f"nq_{i}", "question": r["question"],
-                    "golden_answers": r["golden_answers"]}
-                   for i, r in enumerate(load_questions(limit=count))]
+        records = [{"id": f"nq_{i}", "question": q.question,
+                    "golden_answers": q.golden_answers}
+                   for i, q in enumerate(vitalqa(limit=count))]
     else:
         records = [{"id": f"nq_{i}", "question": question_for(title), "golden_answers": [title]}
                    for i, title in enumerate(corpus_titles(count))]
@@ -106,9 +106,9 @@ def run_cli(model_dir: Path, data_dir: Path, out_dir: Path, args: argparse.Names
     if done.returncode != 0:
         print(done.stdout[-3000:], done.stderr[-3000:], sep="\n")
         raise RuntimeError(f"the evaluator CLI exited with {done.returncode}")
-    from evaluator.rundir import read_records
+    from evaluator.rundir import read_results
 
-    records = read_records(out_dir / "nq.jsonl")
+    records = read_results(out_dir / "nq.jsonl")
     if len(records) != count:
         raise RuntimeError(f"the CLI wrote {len(records)} records, expected {count}")
     return seconds, records

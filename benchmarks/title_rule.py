@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if __name__ == "__main__":
     sys.path[0] = str(ROOT)  # run as a script: the checkout's packages, not benchmarks/*.py
 
-from evaluator.benchmarks import Question, question_from_record, read_records  # noqa: E402
+from evaluator.benchmarks import Question, question_from_record, read_data_file  # noqa: E402
 from evaluator.metrics import exact_match, normalize_answer  # noqa: E402
 from retriever.doc import Doc, split_title  # noqa: E402
 
@@ -169,7 +169,7 @@ def support_found(questions: list[Question], ranked: list[list[Doc]]) -> dict[st
 
 def load(path: Path) -> list[Question]:
     return [question_from_record(record, path.stem, i, where)
-            for i, (where, record) in enumerate(read_records(path))]
+            for i, (where, record) in enumerate(read_data_file(path))]
 
 
 def print_table(label: str, questions: list[Question], table: dict[str, dict[str, float]]):

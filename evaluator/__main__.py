@@ -90,18 +90,27 @@ def default_output(model: str) -> Path:
     return Path("runs") / name
 
 
-def cmd_run(argv: list[str]) -> int:
-    from tqdm import tqdm
+def warn_about_damaged_results(run_dir: Path, names: list[str] | None = None) -> None:
+    """A warning for each line of a results file that is not a whole record: it is skipped
+    (its question runs again on resume) and left in the file as it is."""
+    from evaluator.rundir import damaged_lines
 
-    from evaluator.report import render_markdown, write_summary
+    paths = [run_dir / f"{n}.jsonl" for n in names] if names is not None \
+        else sorted(run_dir.glob("*.jsonl"))
+    for path in paths:
+        for number in damaged_lines(path):
+            print(f"warning: {path}:{number} is not a whole result record; it is skipped "
+                  "(its question counts as not run) and left in the file.", file=sys.stderr)
+
+
+def cmd_run(argv: list[str]) -> int:
     from evaluator.rundir import (
+        RunDirBusy,
         RunDirError,
-        apply_run_dir,
         check_run_dir,
-        finished_ids,
+        hold_run_dir,
         run_settings,
     )
-    from evaluator.runner import RunStopped, evaluate
 
     parser = _run_parser()
     args = parser.parse_args(argv)
@@ -124,22 +133,53 @@ def cmd_run(argv: list[str]) -> int:
     stored = run_settings(args.model, args.backend, retriever_label(args), settings,
                           seed=args.seed or 0, limit=args.limit, sample=args.sample,
                           datasets=names, expected={n: len(q) for n, (q, _) in data.items()})
-    try:  # checked now, changed only once the model has loaded too
+    try:  # checked before the lock file is made, so a refused directory gains nothing
+        check_run_dir(run_dir, stored, overwrite=args.overwrite)
+    except RunDirError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
+        with hold_run_dir(run_dir):
+            return _run_held(args, names, data, settings, run_dir, stored)
+    except RunDirBusy as err:  # not a usage error: the same command works once it is free
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _run_held(args: argparse.Namespace, names: list[str], data, settings, run_dir: Path,
+              stored: dict) -> int:
+    """The run, with the run directory's lock held: checked again (another process may have
+    changed it before the lock was taken), the retriever and the model opened, then every
+    pending question answered."""
+    from tqdm import tqdm
+
+    from agent.backends.base import ModelLoadError
+    from evaluator.report import render_markdown, write_summary
+    from evaluator.rundir import RunDirError, apply_run_dir, check_run_dir, finished_ids
+    from evaluator.runner import RunStopped, RunWriteError, evaluate
+    from retriever.client import RetrieverError
+
+    try:  # changed only once the model has loaded too
         plan = check_run_dir(run_dir, stored, overwrite=args.overwrite)
     except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    from agent.backends.base import ModelLoadError
-
+    warn_about_damaged_results(run_dir, [] if args.overwrite else names)
+    retriever = make_retriever(args)
+    if args.retriever_url:  # one request now, not an error record per question later
+        try:
+            retriever.search(["health check"], topk=1)
+        except RetrieverError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
     try:
         backend = make_backend(args, concurrency=args.concurrency)
     except ModelLoadError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    retriever = make_retriever(args)
     apply_run_dir(plan)
     batch = args.concurrency if args.backend == "openai" else args.batch_size
-    stopped: RunStopped | None = None
+    stopped: RunStopped | RunWriteError | None = None
     for name, (questions, _) in data.items():
         path = run_dir / f"{name}.jsonl"
         scores: list[float] = []
@@ -156,6 +196,10 @@ def cmd_run(argv: list[str]) -> int:
         except RunStopped as err:
             stopped = err
             break
+        except RunWriteError as err:  # the disk is full: a summary would not fit either
+            bar.close()
+            print(f"error: {err}", file=sys.stderr)
+            return 1
         finally:
             bar.close()
     summary = write_summary(run_dir)
@@ -182,6 +226,8 @@ def cmd_report(argv: list[str]) -> int:
         print(f"error: not a run directory (no settings.json): {', '.join(missing)}",
               file=sys.stderr)
         return 2
+    for run in args.runs:
+        warn_about_damaged_results(Path(run))
     try:
         if len(args.runs) == 1:
             print(render_markdown(write_summary(args.runs[0])), end="")

@@ -4,10 +4,10 @@ Three sources, in the order a user is likely to have them:
   1. the FlashRAG packaging on the Hugging Face Hub (`RUC-NLPIR/FlashRAG_datasets`);
   2. a local directory of FlashRAG-style files (`--data-dir`);
   3. Search-R1's merged `test.parquet` (the file its own evaluation script reads).
+Sets shipped in the repository (`LOCAL_BENCHMARKS`) load offline from `assets/`.
 Heavy libraries (datasets, pandas) are imported only by the loader that needs them.
-
-Why ~430 lines: the three loaders share the record normalisation, the split preference,
-the size checks and the parquet memory guard; one module keeps the data rules in one place.
+The loaders share the record normalisation, the split preference, the size checks and the
+parquet memory guard, which is why they live in one module.
 """
 
 from __future__ import annotations
@@ -105,13 +105,24 @@ def _preview(value: Any, width: int = 60) -> str:
 
 
 def _answers(value: Any, where: str = "a record") -> list[str]:
+    """Golden answers as strings: a string or a list of strings. Anything else in the list
+    (a number, null, a nested list) is refused: turned into text it would score against
+    "None" or "1" rather than the answer meant."""
     value = _plain(value)
     if value is None:
         return []
     if isinstance(value, str):
         return [value]
     if isinstance(value, list | tuple):
-        return [str(v) for v in value]
+        for position, answer in enumerate(value):
+            if not isinstance(answer, str):
+                kind = "null" if answer is None else type(answer).__name__
+                raise DataError(
+                    f"{where}: golden_answers[{position}] is {kind} ({_preview(answer)}), not "
+                    "a string; write every golden answer as a string (e.g. "
+                    f"\"golden_answers\": {json.dumps([str(answer)[:40]])}) and remove "
+                    "the ones that are not answers.")
+        return list(value)
     raise DataError(
         f"{where}: golden_answers is a {type(value).__name__} ({_preview(value)}), not a list "
         f"of strings; write it as a list, e.g. \"golden_answers\": [\"{value}\"].")
@@ -143,7 +154,7 @@ def question_from_record(record: Any, dataset: str, index: int,
     )
 
 
-def read_records(path: Path) -> list[tuple[str, Any]]:
+def read_data_file(path: Path) -> list[tuple[str, Any]]:
     """(where, record) pairs of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or
     .parquet file; `where` names the record in messages (`path:line` or `path record N`)."""
     path = Path(path)
@@ -191,50 +202,129 @@ MERGED_COLUMNS = ("id", "data_source", "question", "prompt", "reward_model", "go
 
 @dataclass(frozen=True)
 class ParquetLimits:
-    """What a parquet file may expand to in memory. Parquet compresses repeated values
-    very well (a 0.24 MB file can hold 450 MB), so the file size says nothing: these are
-    checked on its metadata, then on the decoded batches, before anything is materialised."""
+    """What a parquet file may expand to in memory. The file size says nothing: repeated
+    values compress to almost nothing, and a dictionary stores a value once however many
+    rows refer to it. Both limits are checked before anything large is materialised."""
 
     rows: int = 1_000_000  # the largest Search-R1 file (the merged test set) has ~51k
     columns: int = 1_000
     decoded_bytes: int = 512 * 2**20
 
 
+def _text_leaves(data_type: Any, prefix: str) -> list[str]:
+    """Paths of the string/binary leaves under a column, in parquet's naming (`a.list.element`)
+    as `read_dictionary` takes them: those are read as dictionaries, never decoded row by row."""
+    import pyarrow as pa
+
+    if pa.types.is_string(data_type) or pa.types.is_binary(data_type) or \
+            pa.types.is_large_string(data_type) or pa.types.is_large_binary(data_type):
+        return [prefix]
+    if pa.types.is_dictionary(data_type):
+        return _text_leaves(data_type.value_type, prefix)
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return _text_leaves(data_type.value_type, f"{prefix}.list.element")
+    if pa.types.is_struct(data_type):
+        return [leaf for child in data_type for leaf in _text_leaves(child.type,
+                                                                     f"{prefix}.{child.name}")]
+    return []
+
+
+def decoded_nbytes(array: Any) -> int:
+    """Bytes `array` takes once every row is materialised: a dictionary's values counted once
+    per row that refers to them (arrow's own `nbytes` counts them once in all)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        return sum(decoded_nbytes(chunk) for chunk in array.chunks)
+    if isinstance(array, pa.DictionaryArray):
+        values = array.dictionary
+        if not len(values):
+            return array.indices.nbytes
+        if pa.types.is_string(values.type) or pa.types.is_binary(values.type) or \
+                pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type):
+            offset = 8 if "large" in str(values.type) else 4
+            sizes = pc.add(pc.binary_length(values).cast(pa.int64()).fill_null(0), offset)
+        else:  # numbers and nested values: their mean size per value
+            sizes = pa.array([-(-decoded_nbytes(values) // len(values))] * len(values),
+                             pa.int64())
+        per_row = pc.take(sizes, array.indices.fill_null(0))
+        return int(pc.sum(per_row).as_py() or 0) + array.indices.nbytes
+    if isinstance(array, pa.ListArray | pa.LargeListArray):
+        return array.offsets.nbytes + decoded_nbytes(array.flatten())
+    if isinstance(array, pa.StructArray):
+        return sum(decoded_nbytes(array.field(i)) for i in range(array.type.num_fields))
+    return array.nbytes
+
+
+def _plain_type(data_type: Any) -> Any:
+    """`data_type` with every dictionary replaced by its value type."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(data_type):
+        return _plain_type(data_type.value_type)
+    if pa.types.is_list(data_type):
+        return pa.list_(_plain_type(data_type.value_type))
+    if pa.types.is_large_list(data_type):
+        return pa.large_list(_plain_type(data_type.value_type))
+    if pa.types.is_struct(data_type):
+        return pa.struct([child.with_type(_plain_type(child.type)) for child in data_type])
+    return data_type
+
+
 def read_parquet_guarded(path: Path, wanted: Iterable[str],
                          limits: ParquetLimits = ParquetLimits()) -> Any:
     """The `wanted` columns of a parquet file as a pandas DataFrame, or a DataError that
-    names the file and the limit it breaks (nothing big is read before that is known)."""
+    names the file and the limit it breaks.
+
+    Checked in order, each before the next costs memory: rows and columns (the metadata);
+    the pages' uncompressed size (the metadata: bounds plainly encoded values); then, reading
+    text as dictionaries in small batches, the decoded size of every row (a running total)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    wanted = set(wanted)
     try:
-        handle = pq.ParquetFile(path)
+        schema = pq.read_schema(path)
+        meta = pq.read_metadata(path)
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path}: not a parquet file ({error}); pass a .parquet written by "
                         "pandas or pyarrow, or a .jsonl file.") from None
-    meta = handle.metadata
-    names = handle.schema_arrow.names
-    if meta.num_rows > limits.rows or len(names) > limits.columns:
+    if meta.num_rows > limits.rows or len(schema.names) > limits.columns:
         raise DataError(
-            f"{path}: {meta.num_rows:,} rows x {len(names):,} columns, over the limit of "
+            f"{path}: {meta.num_rows:,} rows x {len(schema.names):,} columns, over the limit of "
             f"{limits.rows:,} rows and {limits.columns:,} columns for a benchmark file; split "
             "the file or keep only the questions you want to score.")
-    columns = [name for name in names if name in set(wanted)]
+    columns = [name for name in schema.names if name in wanted]
+    limit_text = f"{limits.decoded_bytes / 2**20:.0f} MB"
+
+    def too_big() -> DataError:
+        return DataError(
+            f"{path}: the columns {', '.join(columns)} expand to over {limit_text} in memory "
+            f"(the limit for a benchmark file; the file is {path.stat().st_size / 2**20:.2f} MB "
+            "compressed); split the file or shorten its records.")
+
+    pages = sum(meta.row_group(g).column(c).total_uncompressed_size
+                for g in range(meta.num_row_groups) for c in range(meta.num_columns)
+                if meta.row_group(g).column(c).path_in_schema.split(".")[0] in wanted)
+    if pages > limits.decoded_bytes:
+        raise too_big()
+    text = [leaf for name in columns for leaf in _text_leaves(schema.field(name).type, name)]
     batches, decoded = [], 0
     try:
-        for batch in handle.iter_batches(batch_size=8192, columns=columns):
-            decoded += batch.nbytes
+        handle = pq.ParquetFile(path, read_dictionary=text)
+        for batch in handle.iter_batches(batch_size=1024, columns=columns):
+            decoded += sum(decoded_nbytes(column) for column in batch.columns)
             if decoded > limits.decoded_bytes:
-                raise DataError(
-                    f"{path}: the columns {', '.join(columns)} expand to over "
-                    f"{limits.decoded_bytes / 2**20:.0f} MB in memory (the file is "
-                    f"{path.stat().st_size / 2**20:.2f} MB compressed); split the file or "
-                    "shorten its records.")
+                raise too_big()
             batches.append(batch)
+        schema = pa.schema([handle.schema_arrow.field(name) for name in columns])
+        table = pa.Table.from_batches(batches, schema=schema)
+        plain = pa.schema([field.with_type(_plain_type(field.type)) for field in table.schema])
+        table = table.cast(plain)
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path}: the parquet file is damaged ({error}); write it again.") from None
-    schema = pa.schema([handle.schema_arrow.field(name) for name in columns])
-    return pa.Table.from_batches(batches, schema=schema).to_pandas()
+    return table.to_pandas()
 
 
 # ---------------------------------------------------------------------------- sources
@@ -254,11 +344,27 @@ def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, P
     for path in local_candidates(data_dir, name):
         if path.is_file():
             split = path.stem if path.parent.name == name else None
-            records = read_records(path)
+            records = read_data_file(path)
+            if not records:
+                raise DataError(f"{path} holds no records (the file is empty or has only "
+                                "blank lines); write the questions into it, one JSON object "
+                                "per line with id, question and golden_answers.")
             questions = [question_from_record(r, name, i, where)
                          for i, (where, r) in enumerate(records)]
             return questions, split, path
     raise DataError(f"No file for {name!r} in {data_dir}. {where_to_put_files(name)}")
+
+
+def local_benchmark_file(name: str) -> Path:
+    """The file a set shipped in the repository (`LOCAL_BENCHMARKS`) is loaded from."""
+    if name not in LOCAL_BENCHMARKS:
+        raise DataError(f"{name!r} is not a set shipped in the repository "
+                        f"({', '.join(LOCAL_BENCHMARKS)}).")
+    for path in local_candidates(LOCAL_BENCHMARKS[name], name):
+        if path.is_file():
+            return path
+    raise DataError(f"The shipped {name!r} file is missing under {LOCAL_BENCHMARKS[name]}; "
+                    "restore it from the repository (git checkout assets).")
 
 
 def load_hub(name: str, split: str) -> list[Question]:

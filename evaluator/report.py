@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from evaluator.benchmarks import BENCHMARKS
-from evaluator.metrics import normalize_answer, summarize
+from evaluator.metrics import normalize_answer
 from evaluator.paper import load_paper_results, paper_mean, paper_row
 from evaluator.rundir import load_run, save_summary
+from evaluator.summary import summarize
 
 AVERAGE_ROWS = (("macro", "macro avg"), ("in_domain", "in-domain"),
                 ("out_of_domain", "out-of-domain"))

@@ -2,27 +2,31 @@
 
 - `settings.json`: what the numbers depend on (`run_settings`, built here for the CLI and
   the Evaluate tab alike). A stored run with other settings is refused, never mixed.
+  It carries `RUN_MARKER`: only a directory whose settings.json has it is one of ours.
 - `<dataset>.jsonl`: one `Record` per finished question, appended as it finishes. A kill
   can cut the last line: `repair_tail` drops it before appending, `read_jsonl` skips it.
+  A damaged line elsewhere is skipped too (`damaged_lines` names it) and left in place.
   Resuming skips the ids already there, except those that ended in an error.
 - `summary.json`, `summary.csv`, `summary.md`: written whole by `save_summary` (each via a
   temporary file and a rename, so a reader never sees half a file); stale once more results
   come in, so `prepare_run_dir` removes them.
+- `.evaluator.lock`: locked (`hold_run_dir`) by the one process writing the run.
 
-Only these files are ever removed, and only from a run directory (one whose settings.json
-is a run's): `check_run_dir` validates without touching anything and says what a start
-would remove; `apply_run_dir` then does it. A directory that is not a run is refused.
-
-Why ~360 lines: the record, the files and the rules for reusing a directory are one
-contract (what a run directory holds and who may remove what); split, each half would
-have to restate the other's.
+Only these files are ever removed, only from a marked run directory, and only under names
+this module makes (`<dataset>.jsonl` for a plain dataset name, the summaries):
+`check_run_dir` validates without touching anything and says what a start would remove;
+`apply_run_dir` then does it. Anything else is refused. The record, the files and these
+rules are one contract, which is why they live in one module.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,11 @@ COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_token
             "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
             "stop_on_eos", "on_context_full")
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
+# In every settings.json this module writes; a directory without it is not ours to change.
+RUN_MARKER = ("written_by", "evaluator")
+LOCK_FILE = ".evaluator.lock"
+# A dataset name becomes a file name in the run directory: no separators, no leading dot.
+_DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class RunDirError(ValueError):
@@ -45,6 +54,10 @@ class RunDirError(ValueError):
 
 class RunMismatch(RunDirError):
     """The output directory holds a run made with other settings."""
+
+
+class RunDirBusy(RunDirError):
+    """Another process holds the run directory's lock."""
 
 
 # ---------------------------------------------------------------------------- records
@@ -127,25 +140,40 @@ def make_record(question: Question, finished: Finished) -> Record:
 # ---------------------------------------------------------------------------- files
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Objects of a JSON-lines file, skipping a truncated last line (a killed run's)."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    while lines and not lines[-1].strip():
-        lines.pop()
-    objects = []
-    for number, line in enumerate(lines, start=1):
+def _scan_jsonl(path: str | Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the JSON objects of a JSON-lines file, the numbers of its damaged lines). A damaged
+    last line is a kill mid-write, not damage; it is skipped without being counted."""
+    lines = Path(path).read_bytes().split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    objects: list[dict[str, Any]] = []
+    damaged: list[int] = []
+    for index, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            objects.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines):
-                break  # the runner was killed mid-write; the rest of the file is whole
-            raise ValueError(f"{path}:{number}: not valid JSON ({error})") from error
-    return objects
+            value = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            value = None
+        if isinstance(value, dict):
+            objects.append(value)
+        elif index != last:
+            damaged.append(index + 1)
+    return objects, damaged
 
 
-def read_records(path: str | Path) -> list[Record]:
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file; lines that are not whole JSON objects (a killed
+    run's last line, a damaged one) are skipped."""
+    return _scan_jsonl(path)[0]
+
+
+def damaged_lines(path: str | Path) -> list[int]:
+    """Line numbers of `path` that are not whole JSON objects, a cut last line aside."""
+    return _scan_jsonl(path)[1] if Path(path).is_file() else []
+
+
+def read_results(path: str | Path) -> list[Record]:
+    """The records of one `<dataset>.jsonl`, in file order."""
     return [Record.from_dict(obj, f"{path}:{number}")
             for number, obj in enumerate(read_jsonl(path), start=1)]
 
@@ -256,9 +284,16 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--output {run_dir} is a file, not a directory; pass a directory "
                           "(it is created when missing).")
+    for name in settings.get("datasets", []):
+        if not _is_dataset_name(name):
+            raise RunDirError(
+                f"{name!r} is not a dataset name this evaluator can store (it names the "
+                f"results file {name}.jsonl in {run_dir}): use letters, digits, '.', '_' and "
+                "'-' only, starting with a letter or digit.")
     stored_path = run_dir / "settings.json"
     if not stored_path.exists():
-        present = list(run_dir.iterdir()) if run_dir.is_dir() else []
+        present = [p for p in run_dir.iterdir() if p.name != LOCK_FILE] \
+            if run_dir.is_dir() else []
         if present:
             raise RunDirError(
                 f"{run_dir} is not a run directory of this evaluator (no settings.json) and "
@@ -266,12 +301,14 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
                 "directory as --output.")
         return RunDirPlan(run_dir, settings)
     stored = read_settings(run_dir)
-    if "model" not in stored or not isinstance(stored.get("datasets", []), list):
+    key, value = RUN_MARKER
+    if stored.get(key) != value or not isinstance(stored.get("datasets", []), list):
         raise RunDirError(
-            f"{stored_path} is not a run's settings (no model), so {run_dir} is not a run "
-            "directory of this evaluator. Nothing was changed, and --overwrite does not "
-            "apply to it: pass a new or empty directory as --output.")
-    stored_names = [str(n) for n in stored.get("datasets", [])]
+            f"{stored_path} was not written by this evaluator (it lacks \"{key}\": "
+            f"\"{value}\"), so {run_dir} is not a run directory of this evaluator. Nothing "
+            "was changed, and --overwrite does not apply to it: pass a new or empty "
+            "directory as --output.")
+    stored_names = [n for n in stored.get("datasets", []) if _is_dataset_name(n)]
     ours = [run_dir / f"{n}.jsonl" for n in stored_names]
     ours += [run_dir / n for n in SUMMARY_FILES]
     ours = [p for p in ours if p.is_file()]
@@ -298,12 +335,43 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
     return RunDirPlan(run_dir, merged, stale)
 
 
+def _is_dataset_name(name: Any) -> bool:
+    return isinstance(name, str) and _DATASET_NAME.fullmatch(name) is not None
+
+
 def apply_run_dir(plan: RunDirPlan) -> None:
-    """Carry out a checked plan: remove the earlier run's files, write settings.json whole."""
+    """Carry out a checked plan: remove the earlier run's files, write settings.json whole
+    (with the marker that makes the directory ours)."""
     for path in plan.remove:
         path.unlink(missing_ok=True)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(plan.run_dir / "settings.json", json.dumps(plan.settings, indent=2) + "\n")
+    key, value = RUN_MARKER
+    _write_atomic(plan.run_dir / "settings.json",
+                  json.dumps({**plan.settings, key: value}, indent=2) + "\n")
+
+
+@contextmanager
+def hold_run_dir(run_dir: str | Path) -> Iterator[None]:
+    """Hold `run_dir`'s lock (an exclusive `flock` on LOCK_FILE, created with the directory
+    when missing) for the body; RunDirBusy naming the holder's pid when another process has
+    it. The OS drops the lock when its holder exits, however it exits; the file stays."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 32, 0).decode("ascii", "replace").strip()
+            raise RunDirBusy(
+                f"another evaluator (pid {holder or 'unknown'}) is writing to {run_dir}; "
+                "nothing was changed. Wait for it to finish (or stop it), or pass another "
+                "--output.") from None
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, f"{os.getpid()}\n".encode("ascii"), 0)
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def prepare_run_dir(run_dir: Path, settings: dict[str, Any], overwrite: bool = False) -> None:

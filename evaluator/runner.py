@@ -6,14 +6,19 @@ at most the questions that were in flight. The run directory's files and rules a
 
 A run of consecutive errored questions (a retriever outage, a dead model server) stops the
 run with `RunStopped` instead of writing hundreds of error records: those questions are
-not scored, and running the same command again retries them.
+not scored, and running the same command again retries them. A question whose text cannot
+be encoded never reaches the model: it is recorded as an error of its own. A record that
+cannot be written (a full disk) stops the run with `RunWriteError`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from agent.events import Finished
 from agent.loop import AgentSettings, run_agent_batch
 from evaluator.benchmarks import Question
 from evaluator.rundir import Record, append_record, finished_ids, make_record
@@ -35,6 +40,40 @@ class RunStopped(RuntimeError):
             "questions are kept and the errored ones run again.")
 
 
+class RunWriteError(OSError):
+    """A record could not be appended to the results file; the message says what is kept."""
+
+
+def encoding_problem(text: str) -> str | None:
+    """Why `text` cannot go to a tokenizer or a UTF-8 file (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (f"the question text cannot be encoded as UTF-8 ({error.reason} "
+                f"{text[error.start]!r} at position {error.start}); fix that record in the "
+                "benchmark file")
+    return None
+
+
+def unencodable_record(question: Question, problem: str) -> Record:
+    """The error record of a question that never reached the model, its text escaped so
+    the record itself can be written."""
+    finished = Finished(stop_reason="error", turns=0, searches=0, new_tokens=0, seconds=0.0,
+                        trajectory="", prompt="", error=problem)
+    printable = question.question.encode("utf-8", "backslashreplace").decode("utf-8")
+    return make_record(dataclasses.replace(question, question=printable), finished)
+
+
+def _append(out, record: Record, path: Path, written: int) -> None:
+    try:
+        append_record(out, record)
+    except OSError as error:
+        raise RunWriteError(
+            f"could not write to {path} ({error.strerror or error}); the {written} finished "
+            "question(s) before it are kept. Free space (or fix the cause), then run the same "
+            "command again to resume.") from error
+
+
 def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentSettings,
              out_path: Path, batch_size: int = 8,
              max_consecutive_errors: int = DEFAULT_MAX_CONSECUTIVE_ERRORS) -> Iterator[Record]:
@@ -44,15 +83,25 @@ def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentS
     `max_consecutive_errors` questions in a row have ended in an error; 0 never stops.
     """
     done = finished_ids(out_path)
+    written = len(done)
     pending = [q for q in questions if q.id not in done]
     streak, first_error = 0, None
-    with out_path.open("a", encoding="utf-8") as out:
+    out = out_path.open("a", encoding="utf-8")
+    try:
         for start in range(0, len(pending), batch_size):
-            chunk = pending[start:start + batch_size]
-            for i, finished in run_agent_batch([q.question for q in chunk], backend, retriever,
-                                               settings):
-                record = make_record(chunk[i], finished)
-                append_record(out, record)
+            chunk, records = [], []
+            for question in pending[start:start + batch_size]:
+                problem = encoding_problem(question.question)
+                if problem:
+                    records.append(unencodable_record(question, problem))
+                else:
+                    chunk.append(question)
+            finished_ones = run_agent_batch([q.question for q in chunk], backend, retriever,
+                                            settings) if chunk else ()
+            answered = (make_record(chunk[i], finished) for i, finished in finished_ones)
+            for record in itertools.chain(records, answered):  # each written as it finishes
+                _append(out, record, out_path, written)
+                written += 1
                 if record.stop_reason == "error":
                     streak += 1
                     first_error = first_error or record.error
@@ -61,3 +110,8 @@ def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentS
                 yield record
                 if max_consecutive_errors and streak >= max_consecutive_errors:
                     raise RunStopped(streak, first_error)
+    finally:
+        try:
+            out.close()
+        except OSError:  # only after a failed write, already raised: records are flushed
+            pass

@@ -1,5 +1,5 @@
-"""The evaluator under bad input and faults (issue 12): nothing of the user's is deleted,
-an outage never reads as a result, and every bad input is a message with exit code 2."""
+"""The evaluator under bad input and faults: nothing of the user's is deleted, an outage
+never reads as a result, and every bad input is a message with exit code 2."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from agent.loop import AgentSettings
 from agent.testing import ROOT
 from evaluator.benchmarks import DataError, ParquetLimits, load_with_warnings, read_parquet_guarded
-from evaluator.metrics import aggregate
 from evaluator.report import completion_note, mark_completion, summarize_run, write_summary
 from evaluator.rundir import (
+    LOCK_FILE,
     RunDirError,
     check_run_dir,
     load_run,
@@ -25,6 +25,7 @@ from evaluator.rundir import (
     run_settings,
 )
 from evaluator.runner import RunStopped, evaluate
+from evaluator.summary import aggregate
 from tests.test_evaluator import FACTS, questions, scripted
 
 DEAD_RETRIEVER = "http://127.0.0.1:9/retrieve"  # port 9 (discard): nothing listens
@@ -47,8 +48,9 @@ def _data(root: Path, count: int = 4, name: str = "nq") -> Path:
 
 
 def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` and its text, the run lock's file aside (it holds a pid)."""
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+            if p.is_file() and p.name != LOCK_FILE}
 
 
 # ---------------------------------------------------------------------------- data loss
@@ -90,7 +92,7 @@ def test_overwrite_waits_for_the_model_and_removes_only_the_evaluators_files(tmp
     prepare_run_dir(out, {"model": "new", "datasets": ["nq"]}, overwrite=True)
     assert _tree(out) == {"notes.txt": "mine\n", "src/main.py": "code\n",
                           "settings.json": '{\n  "model": "new",\n  "datasets": [\n    "nq"\n'
-                                           '  ]\n}\n'}
+                                           '  ],\n  "written_by": "evaluator"\n}\n'}
 
 
 def test_without_overwrite_nothing_of_the_users_is_removed(tmp_path):
@@ -113,7 +115,8 @@ def test_without_overwrite_nothing_of_the_users_is_removed(tmp_path):
 def test_settings_json_is_written_whole(tmp_path):
     run = tmp_path / "run"
     prepare_run_dir(run, {"model": "m", "datasets": ["nq"]})
-    assert json.loads((run / "settings.json").read_text()) == {"model": "m", "datasets": ["nq"]}
+    assert json.loads((run / "settings.json").read_text()) == {"model": "m", "datasets": ["nq"],
+                                                               "written_by": "evaluator"}
     assert [p.name for p in run.iterdir()] == ["settings.json"]  # no temporary left behind
 
 
@@ -286,15 +289,46 @@ def test_what_the_evaluate_tab_gets(tmp_path, local_retriever):
     assert "Could not reach the retriever" in note and "resume" in note
 
 
+def _retriever_that_answers_once() -> str:
+    """The URL of a Search-R1-format retriever on a free loopback port that answers one
+    request (the evaluator's start-up check) and then stops listening: an outage that
+    begins after the run has started."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Once(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"result": [[{"document": {"id": "1", "contents": '"T"\nx'},
+                                            "score": 1.0}]]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            threading.Thread(target=server.shutdown).start()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Once)
+    threading.Thread(target=lambda: (server.serve_forever(), server.server_close()),
+                     daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/retrieve"
+
+
 def test_outage_through_the_cli_exits_non_zero_with_an_incomplete_summary(tmp_path,
                                                                           tiny_models):
-    """The issue's repro: a dead retriever URL and --limit 8. Before: exit 0 and a summary
-    of EM 0.000 over 8 'answered' questions, marked complete."""
+    """A retriever that goes down after the start-up check, and --limit 8: exit 1 and a
+    summary marked incomplete, never EM 0.000 over 8 'answered' questions."""
     out = tmp_path / "out"
-    args = ["--datasets", "nq", "--data-dir", str(_data(tmp_path / "D", count=12)),
-            "--limit", "8", "--model", str(tiny_models["scripted"]), "--retriever-url",
-            DEAD_RETRIEVER, "--output", str(out)]
-    done = _cli(*args)
+    data = str(_data(tmp_path / "D", count=12))
+
+    def args(url: str) -> list[str]:
+        return ["--datasets", "nq", "--data-dir", data, "--limit", "8", "--model",
+                str(tiny_models["scripted"]), "--retriever-url", url, "--output", str(out)]
+
+    done = _cli(*args(_retriever_that_answers_once()))
     assert done.returncode == 1, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     nq = summary["datasets"]["nq"]
@@ -302,7 +336,8 @@ def test_outage_through_the_cli_exits_non_zero_with_an_incomplete_summary(tmp_pa
     assert summary["complete"] is False and "Could not reach the retriever" in summary["note"]
     assert "Incomplete run. 8 question(s) ended in an error" in done.stdout
     assert "Run the same command again to resume" in done.stderr
-    stopped = _cli(*args, "--max-consecutive-errors", "3", "--overwrite")
+    stopped = _cli(*args(_retriever_that_answers_once()), "--max-consecutive-errors", "3",
+                   "--overwrite")
     assert stopped.returncode == 1
     assert "stopped after 3 questions in a row ended in an error" in stopped.stderr
     assert len(load_run(out).records["nq"]) == 3

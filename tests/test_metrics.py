@@ -11,16 +11,15 @@ from agent.events import Finished, Segment
 from agent.protocol import answer_of, extract_answer
 from evaluator.benchmarks import Question
 from evaluator.metrics import (
-    aggregate,
     exact_match,
     golden_list,
     normalize_answer,
     retrieval_recall,
     sub_exact_match,
-    summarize,
     token_f1,
 )
 from evaluator.rundir import Record, make_record
+from evaluator.summary import aggregate, summarize
 
 
 def score_question(response: str, golden, docs: list[str]) -> dict[str, float]:

@@ -20,7 +20,7 @@ from evaluator.report import (
     summarize_run,
     write_summary,
 )
-from evaluator.rundir import load_run, read_jsonl
+from evaluator.rundir import damaged_lines, load_run, read_jsonl
 
 FLAGSHIP = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
 
@@ -91,9 +91,9 @@ def test_read_jsonl_skips_truncated_last_line(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n\n{"a": 2}\n{"a": 3, "b"', encoding="utf-8")
     assert read_jsonl(path) == [{"a": 1}, {"a": 2}]
+    assert damaged_lines(path) == []  # a cut last line is a kill, not damage
     path.write_text('{"a": 1}\n{bad}\n{"a": 2}\n', encoding="utf-8")
-    with pytest.raises(ValueError, match="x.jsonl:2"):
-        read_jsonl(path)
+    assert read_jsonl(path) == [{"a": 1}, {"a": 2}] and damaged_lines(path) == [2]
 
 
 def test_load_run(run_a: Path) -> None:

@@ -52,11 +52,11 @@ def pick_examples(backend, retriever, benchmark: Path, n: int = 6, limit: int | 
     agent's (default: the protocol's, greedy, as the Ask tab runs it)."""
     from agent.events import Finished
     from agent.loop import AgentSettings, run_agent
-    from evaluator.benchmarks import question_from_record, read_records
+    from evaluator.benchmarks import question_from_record, read_data_file
     from evaluator.rundir import make_record
 
     questions = [question_from_record(record, "vitalqa", i, where)
-                 for i, (where, record) in enumerate(read_records(benchmark))][:limit]
+                 for i, (where, record) in enumerate(read_data_file(benchmark))][:limit]
     right = []
     for question in questions:  # one at a time, as the Ask tab runs them
         *_, finished = run_agent(question.question, backend, retriever,
