@@ -9,7 +9,7 @@
 3. Memory (`--memory`): a generated ~190 MB verl console log (`--log-mb`) through
    `analyze_uploads` and the HTML report, each in a fresh process: peak RSS, report size and
    the figures' JSON (what the UI sends the browser), with every trace bounded to
-   MAX_POINTS vs every point drawn (the way before). Then a 0.24 MB parquet that expands to
+   MAX_POINTS vs every point drawn. Then a 0.24 MB parquet that expands to
    448 MB: peak RSS of the guarded reader vs `pandas.read_parquet`.
 
 Run: python benchmarks/curves.py [--memory] [--log-mb 190]
@@ -172,7 +172,7 @@ _ANALYSE = _PEAK + """
 import json, sys
 import curves.plots
 if sys.argv[3] == "all-points":
-    curves.plots.MAX_POINTS = 10**12  # the way before: every logged point drawn
+    curves.plots.MAX_POINTS = 10**12  # every logged point drawn
 from curves import analyze_uploads
 from curves.report import render_report
 result = analyze_uploads([sys.argv[1]])

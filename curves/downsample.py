@@ -1,7 +1,7 @@
 """Bounded plotted traces: at most `max_points` real points per line, extremes kept.
 
-A 190 MB console log holds ~150k steps per series; drawn as is, its report ran to 300 MB
-and the browser payload likewise. A screen is a few thousand pixels wide, so each trace
+A long console log holds hundreds of thousands of steps per series, and a report that drew
+them all would grow with the log. A screen is a few thousand pixels wide, so each trace
 keeps, per bucket of consecutive points, the lowest and the highest one (and the first and
 last point of the series): every spike and dip survives, and each kept point is a real
 (step, value) pair, so the hover shows logged values, never interpolated ones.

@@ -72,9 +72,8 @@ def analyze_uploads_from_table(table: pd.DataFrame):
 
 
 def test_report_of_a_large_console_log_stays_a_few_mb(tmp_path):
-    """Before: every logged point went into the report and the page (44 MB of figures for
-    a 190 MB log here, 309 MB in the issue's probe; 2.3 MB for this 12 MB log). Bounded,
-    the figures stay under 1 MB whatever the log size (1.0 MB at 190 MB)."""
+    """The figures are downsampled, so the page stays under 1 MB whatever the log size
+    (drawing every logged point would grow it with the log)."""
     path = tmp_path / "synthetic-large.log"
     steps, size = write_large_console(path, 12 * 2**20)
     result = analyze_uploads([str(path)])
@@ -104,7 +103,7 @@ def test_long_runs_are_analysed_on_bounded_bin_means():
 
 
 def test_json_lines_with_a_first_line_over_64_kb(tmp_path):
-    """Before: 'unknown format', because detection read only the first 64 KB."""
+    """Detection reads a first line longer than its 64 KB head whole."""
     path = tmp_path / "wide.jsonl"
     with path.open("w") as out:
         for step in range(1, 41):
@@ -117,7 +116,8 @@ def test_json_lines_with_a_first_line_over_64_kb(tmp_path):
 
 
 def test_a_parquet_that_expands_past_the_limit_is_refused_before_reading(tmp_path):
-    """Before: a 0.24 MB parquet holding 448 MB of zeros was read whole (1.0 -> 2.9 GB)."""
+    """A parquet of a few hundred KB whose zeros decode to ~100 MB is refused from its
+    metadata, before any column is read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -145,8 +145,8 @@ def test_a_parquet_that_expands_past_the_limit_is_refused_before_reading(tmp_pat
 # --------------------------------------------------------------------------- plain GRPO
 
 
-def test_phases_of_a_plain_grpo_log_come_from_the_stand_in_series(tmp_path):
-    """A log without actor/pos_avg_old_log_prob (Search-R1's own): before, no phase at all."""
+def test_phases_of_a_plain_grpo_log_come_from_the_stand_in_series():
+    """A log without actor/pos_avg_old_log_prob (Search-R1's own) still gets its phases."""
     table = synthetic_run("plain-grpo", seed=0)
     assert not any("avg_" in key for key in table.columns)
     a = analyse_run(make_run("synthetic-search-r1", table, "synthetic", "csv"))

@@ -57,8 +57,8 @@ def _tree(root: Path) -> dict[str, str]:
 
 
 def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path):
-    """The issue's repro: `{}` settings.json beside the user's code, --overwrite, a model
-    that does not exist. Before: the whole directory was removed before the model check."""
+    """A `{}` settings.json beside the user's code, --overwrite and a model that does not
+    exist: refused, and nothing in the directory is touched."""
     out = tmp_path / "x"
     (out / "src").mkdir(parents=True)
     (out / "settings.json").write_text("{}\n")
@@ -96,7 +96,7 @@ def test_overwrite_waits_for_the_model_and_removes_only_the_evaluators_files(tmp
 
 
 def test_without_overwrite_nothing_of_the_users_is_removed(tmp_path):
-    """Before: a directory holding the user's summary.md lost it to `prepare_run_dir`."""
+    """A directory holding the user's own summary.md is not a run: refused, file kept."""
     out = tmp_path / "mine"
     out.mkdir()
     (out / "summary.md").write_text("my own notes\n")
@@ -255,7 +255,7 @@ def test_consecutive_errors_stop_the_run_and_a_success_resets_the_count(tmp_path
 
 
 def test_errored_questions_are_not_scored_as_answers(tmp_path, local_retriever):
-    """Before: an errored question counted as answered with EM 0 (EM 0.155 for 0.333)."""
+    """An errored question is counted apart, not as an answer scoring EM 0."""
     run = tmp_path / "run"
     prepare_run_dir(run, {"model": "scripted", "datasets": ["nq"], "expected": {"nq": 4}})
     qs = questions()
@@ -345,7 +345,7 @@ def test_outage_through_the_cli_exits_non_zero_with_an_incomplete_summary(tmp_pa
 
 def test_limit_over_the_set_size_is_complete(tmp_path, tiny_models):
     """FlashRAG's quick-start nq/test.jsonl has 17 questions: --limit 20 gives 17/17,
-    complete. Before: `17/20` and "Partial (run not finished)"."""
+    complete, not 17/20 and partial."""
     out = tmp_path / "out"
     done = _cli("--datasets", "nq", "--data-dir", str(_data(tmp_path / "D", count=17)),
                 "--limit", "20", "--model", str(tiny_models["scripted"]), "--engine", "bm25s",
