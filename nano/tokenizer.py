@@ -10,14 +10,11 @@ the fixed instruction before the question: the prompt costs a handful of tokens 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from agent import protocol
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)
-TAGS = ("<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
-        "<information>", "</information>")
 # The instruction up to the question, exactly as protocol.INSTRUCTION writes it.
 INSTRUCTION_PREFIX = protocol.INSTRUCTION.split("{question}")[0]
 
@@ -43,7 +40,7 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     bpe.train_from_iterator(texts, trainer=trainer)
     bpe.add_tokens([AddedToken(t, normalized=False, special=False)
-                    for t in (*TAGS, INSTRUCTION_PREFIX)])
+                    for t in (*protocol.PROTOCOL_TAGS, INSTRUCTION_PREFIX)])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token=IM_END, pad_token=ENDOFTEXT,
         additional_special_tokens=[IM_START], chat_template=CHAT_TEMPLATE,
@@ -59,7 +56,3 @@ def protocol_texts() -> list[str]:
 def build_tokenizer(records: list[dict], vocab_size: int = 4096):
     texts = [r["contents"] for r in records] + protocol_texts()
     return train_tokenizer(texts, vocab_size)
-
-
-def save_tokenizer(tokenizer, directory: Path) -> None:
-    tokenizer.save_pretrained(str(directory))

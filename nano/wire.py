@@ -2,10 +2,9 @@
 
 Continuing a name read in a document needs an induction circuit: a head that copies each
 token's predecessor into it (layer 0), and a head that finds the place where the current
-token was written before and copies what followed it (layer 1). In this project's runs on
-2 CPU cores it never formed by training (model card: five attempts, ~20M tokens; language
-models grow it after far more), so this module writes it in, as interpretability work
-builds circuits by hand, and training starts from there.
+token was written before and copies what followed it (layer 1). Language models grow it
+only after far more tokens than a CPU run of this model sees, so this module writes it in,
+as interpretability work builds circuits by hand, and training starts from there.
 
 The residual stream gets three parts: `TOKEN` dims hold a random code of the current token
 (in the embedding, which the output head shares), `PREVIOUS` dims receive the previous
