@@ -50,6 +50,17 @@ def exists(directory: Path) -> bool:
             or _sibling(directory, OLD).is_dir())
 
 
+def check_out(out: Path, resume: bool) -> None:
+    """A ValueError unless a trainer may write to `out`: a directory (or nothing yet) that
+    holds no run, or one whose run it goes on with (`resume`): runs are never mixed."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; the run needs a directory: pass another "
+                         "--out.")
+    if exists(out / "checkpoint") and not resume:
+        raise ValueError(f"--out {out} already holds a run (checkpoint/): pass --resume to go "
+                         "on with it, or choose another --out.")
+
+
 def recover(directory: Path) -> None:
     """Bring what an interrupted save left back to one complete checkpoint (see above)."""
     directory = Path(directory)

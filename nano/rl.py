@@ -115,13 +115,7 @@ def check_paths(config: RLConfig) -> None:
         if path and not Path(path).is_file():
             raise ValueError(f"{flag} {path}: no such file; pass a JSON-lines file whose "
                              "records have question and golden_answers.")
-    out = Path(config.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; the run needs a directory: pass another "
-                         "--out.")
-    if checkpoint.exists(out / "checkpoint") and not config.resume:
-        raise ValueError(f"--out {out} already holds a run (checkpoint/): pass --resume to go "
-                         "on with it, or choose another --out.")
+    checkpoint.check_out(Path(config.out), config.resume)
 
 
 def read_questions(path: str | Path) -> list:

@@ -136,13 +136,7 @@ def check_paths(config: TrainConfig) -> None:
     if config.init is not None and not (Path(config.init) / "config.json").is_file():
         raise ValueError(f"--init {config.init}: no saved model there (no config.json); pass "
                          "the directory of a model this trainer saved.")
-    out = Path(config.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; the run needs a directory: pass another "
-                         "--out.")
-    if checkpoint.exists(out / "checkpoint") and not config.resume:
-        raise ValueError(f"--out {out} already holds a run (checkpoint/): pass --resume to go "
-                         "on with it, or choose another --out.")
+    checkpoint.check_out(Path(config.out), config.resume)
 
 
 def encode_record(record: dict, tokenizer, turns: int | None = None

@@ -253,3 +253,32 @@ def test_swap_answer_replaces_the_answer_after_the_prompt_only():
     assert swap_answer(named, "Paris") is None  # the question names it: no clean swap
     unread = {**record, "answers": ["Milan"]}
     assert swap_answer(unread, "Paris") is None  # no document holds it
+
+
+def test_a_run_killed_mid_rotation_resumes_from_its_newest_whole_checkpoint(micro_data,
+                                                                             tmp_path):
+    """The two states a kill during a save can leave: between the two renames (only
+    checkpoint.old is there) and while checkpoint.old is being removed (half of it beside
+    the new checkpoint). With resume, the run goes on from the newest whole checkpoint and
+    saves again without tripping over the leftover."""
+    import shutil
+
+    base = TrainConfig(data=micro_data / "train.jsonl", tokenizer=micro_data / "tokenizer",
+                       out=tmp_path / "run", **{**MICRO, "steps": 4, "save_every": 2,
+                                                 "log_every": 100, "limit": 40})
+    train(base, log=lambda *_: None)
+    saved = tmp_path / "run" / "checkpoint"
+    old = tmp_path / "run" / "checkpoint.old"
+    saved.rename(old)  # killed between the renames
+    lines: list[str] = []
+    train(TrainConfig(**{**base.__dict__, "steps": 6, "resume": True}), log=lines.append)
+    assert any("resuming" in line and "step 4" in line for line in lines), lines
+    shutil.copytree(saved, old)
+    (old / "model.safetensors").unlink()  # killed while removing checkpoint.old
+    lines.clear()
+    summary = train(TrainConfig(**{**base.__dict__, "steps": 8, "resume": True}),
+                    log=lines.append)
+    assert any("resuming" in line and "step 6" in line for line in lines), lines
+    assert summary["steps"] == 8 and checkpoint.load_state(saved)["step"] == 8
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if "checkpoint" in p.name) == [
+        "checkpoint"]
