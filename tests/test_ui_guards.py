@@ -20,7 +20,7 @@ from agent.backends.base import ModelLoadError
 from agent.testing import ROOT, free_port
 from app.ui.access import Access, is_loopback
 from app.ui.context import Studio
-from app.ui.evaluate_tab import evaluate_sample, run_dir_for
+from app.ui.evaluate_tab import evaluate_sample, incomplete_note, run_dir_for
 from app.ui.inputs import InputError
 from app.ui.model_pool import ModelPool, ModelStatus, run_model
 from tests.scripted_backend import ScriptedBackend
@@ -215,6 +215,11 @@ def test_an_incomplete_run_says_so_and_that_rerunning_resumes(tmp_path, monkeypa
     assert "Incomplete" not in summary and "4 of 4 questions scored" in summary
 
 
+def test_why_a_run_stopped_shows_a_quoted_markdown_image_as_text():
+    note = incomplete_note([], "the run stopped on ![x](http://127.0.0.1:9/x.png) <b>")
+    assert "![" not in note and "<b>" not in note and "x](http://127.0.0.1:9/x.png)" in note
+
+
 # Wrong-typed API calls -------------------------------------------------------------------
 def test_wrong_typed_api_calls_name_the_field(tmp_path, local_retriever, monkeypatch):
     from gradio_client import Client
@@ -234,6 +239,41 @@ def test_wrong_typed_api_calls_name_the_field(tmp_path, local_retriever, monkeyp
         for args, api, field in cases:
             with pytest.raises(Exception, match=field):
                 client.predict(*args, api_name=api)
+    finally:
+        demo.close()
+
+
+# A question no tokenizer can encode ----------------------------------------------------------
+def call_raw(url: str, api: str, *args) -> tuple[str, object]:
+    """The REST API called with the body a browser's JSON.stringify sends (a lone surrogate
+    as the escape \\ud800, which gradio_client cannot send): the last event's name and data."""
+    import re
+
+    import httpx
+
+    body = json.dumps({"data": list(args)}).encode("ascii")
+    posted = httpx.post(f"{url}gradio_api/call/{api}", content=body, timeout=30,
+                        headers={"Content-Type": "application/json"})
+    stream = httpx.get(f"{url}gradio_api/call/{api}/{posted.json()['event_id']}", timeout=60)
+    name, data = re.findall(r"event: (\w+)\ndata: (.*)", stream.text)[-1]
+    return name, json.loads(data)
+
+
+def test_a_lone_surrogate_question_gets_a_message_and_the_next_question_works(local_retriever):
+    demo, url = launch(Factory(), local_retriever)
+    try:
+        question = "\ud800 who painted the mona lisa"
+        event, (chat, *_) = call_raw(url, "ask", question, "test/llds", *ASK_DEFAULTS)
+        assert event == "complete"
+        assert "lone surrogate" in chat_text(chat) and "Please retype" in chat_text(chat)
+        event, (chat, *_) = call_raw(url, "ask", "who painted the mona lisa", "test/llds",
+                                     *ASK_DEFAULTS)
+        assert event == "complete" and "Stanley Kubrick" in chat_text(chat)
+        event, (chat_a, chat_b, *_) = call_raw(url, "compare", question, "test/grpo",
+                                               "test/llds", *ASK_DEFAULTS)
+        assert "lone surrogate" in chat_text(chat_a) and "lone surrogate" in chat_text(chat_b)
+        event, message = call_raw(url, "ask", "who painted it", "test/\udc00", *ASK_DEFAULTS)
+        assert event == "error" and "Model: " in str(message) and "surrogate" in str(message)
     finally:
         demo.close()
 

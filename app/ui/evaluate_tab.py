@@ -21,10 +21,11 @@ from agent.loop import AgentSettings
 from agent.models import is_nano
 from app.ui import inputs
 from app.ui.context import Studio
+from app.ui.transcript import escape
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
-from evaluator.metrics import aggregate, errored
 from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
 from evaluator.runner import RunStopped, evaluate
+from evaluator.summary import aggregate, errored
 
 # The paper's seven, then the sets shipped in the repository (vitalqa: offline).
 DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
@@ -57,7 +58,7 @@ def incomplete_note(records, stopped: str | None) -> str | None:
     failed = [r for r in records if errored(r)]
     if not failed and not stopped:
         return None
-    why = stopped or failed[-1].error or "error"
+    why = escape(stopped or failed[-1].error or "error")  # an error may quote a question
     return (f"**Incomplete:** {len(failed)} of {len(records)} questions ended in an error "
             f"(last: {why}). They are not scored as answered; press Evaluate again to "
             "resume them (answered questions are kept).")
@@ -113,7 +114,7 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
                 progress((done, len(questions)), desc=f"{dataset}: {done}/{len(questions)}")
     except RunStopped as err:  # too many errors in a row (the retriever is down, say)
         stopped = str(err)
-    except Exception as err:  # noqa: BLE001 - the run stops; what finished is kept
+    except Exception as err:  # the run stops; what finished is kept
         log.exception("Evaluate tab: the run stopped")
         stopped = f"the run stopped: {type(err).__name__}: {err}"
     finally:
@@ -123,7 +124,7 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
     lines = [f"**{dataset}**, {len(scored)} of {len(questions)} questions scored (random "
              f"sample, seed {seed}; not the full split, so not comparable with published "
              "numbers).", scores_line(scored), f"Results: `{path}`",
-             *[f"_{n}_" for n in notes]]
+             *[f"_{escape(n)}_" for n in notes]]
     note = incomplete_note(records, stopped)
     if note:
         lines.insert(0, note)
