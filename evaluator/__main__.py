@@ -141,9 +141,9 @@ def cmd_run(argv: list[str]) -> int:
     try:
         with hold_run_dir(run_dir):
             return _run_held(args, names, data, settings, run_dir, stored)
-    except RunDirBusy as err:  # not a usage error: the same command works once it is free
+    except RunDirError as err:  # busy is no usage error: the command works once it is free
         print(f"error: {err}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(err, RunDirBusy) else 2
 
 
 def _run_held(args: argparse.Namespace, names: list[str], data, settings, run_dir: Path,

@@ -356,8 +356,12 @@ def hold_run_dir(run_dir: str | Path) -> Iterator[None]:
     when missing) for the body; RunDirBusy naming the holder's pid when another process has
     it. The OS drops the lock when its holder exits, however it exits; the file stays."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise RunDirError(f"cannot create {run_dir / LOCK_FILE} ({error.strerror or error}); "
+                          "pass an --output directory you can write to.") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -316,3 +316,12 @@ def test_an_unreachable_retriever_url_is_found_before_the_first_question(tmp_pat
     assert f"Could not reach the retriever at {DEAD_RETRIEVER}" in done.stderr
     assert not (out / "nq.jsonl").exists()
     assert time.monotonic() - start < 60
+
+
+def test_an_output_that_cannot_be_created_is_a_message(tmp_path):
+    (tmp_path / "a-file").write_text("mine\n")
+    done = _cli("--datasets", "nq", "--data-dir", str(_data(tmp_path / "D")), "--model", "nano",
+                "--output", str(tmp_path / "a-file" / "run"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "cannot create" in done.stderr and LOCK_FILE in done.stderr
+    assert (tmp_path / "a-file").read_text() == "mine\n"
