@@ -93,9 +93,10 @@ def cut_turn(text: str) -> str:
     return text
 
 
-def find_stop(text: str) -> int:
-    """Index just past the first stop string (`</search>`) in `text`; -1 when none yet."""
-    ends = [i + len(tag) for tag in STOP_STRINGS if (i := text.find(tag)) != -1]
+def find_stop(text: str, stops: Iterable[str] = STOP_STRINGS) -> int:
+    """Index just past the first stop string (`</search>`) in `text`; -1 when none yet.
+    `stops` replaces the protocol's stop strings (to measure another rule)."""
+    ends = [i + len(tag) for tag in stops if (i := text.find(tag)) != -1]
     return min(ends) if ends else -1
 
 

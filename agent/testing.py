@@ -30,8 +30,6 @@ from agent import protocol
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: servers start from here
 
-TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>",
-        "<information>", "</information>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -53,7 +51,7 @@ def build_tokenizer(directory: Path, corpus_texts: list[str]):
     tokenizer.train_from_iterator(seed_text + corpus_texts, trainer)
     # "\n\n" as its own token lets the scripted model tell "after an observation" (which ends
     # in a blank line) from "after the prompt" (one newline) by the last token alone.
-    tokenizer.add_tokens([*TAGS, "\n\n"])
+    tokenizer.add_tokens([*protocol.PROTOCOL_TAGS, "\n\n"])
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|im_end|>",
                                    pad_token="<|endoftext|>", bos_token=None)
     fast.chat_template = CHAT_TEMPLATE

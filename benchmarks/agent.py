@@ -22,8 +22,7 @@ configuration does the same work; the table shows the new tokens and answers to 
 default (one thread per core) makes batched generation spin on busy cores and slows it down
 by an order of magnitude, which would measure the neighbours rather than the code.
 
-Why ~330 lines: the naive loop it measures against is written out here in full, as the
-baseline must be.
+The naive loop it measures against is written out here in full, as a baseline must be.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retriever import faiss_index  # noqa: E402
+from retriever import faiss_index
 
 WIKI18 = 21_015_324
 DIM = 768

@@ -19,8 +19,8 @@
 3. Concurrency: --clients threads, each with its own httpx.Client, posting single-query
    requests for --seconds on loopback.
 
-Why ~410 lines: five measured set-ups (HTTP one by one, batched, in-process, concurrent
-clients, the naive server) side by side in one run.
+Five measured set-ups (HTTP one by one, batched, in-process, concurrent clients, the naive
+server) run side by side in one run.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ protocol with both rules added; it is passed to uvicorn as its `http` protocol c
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import resource
 import time
@@ -26,9 +27,11 @@ def _plain_response(status: str, text: str) -> bytes:
 
 
 def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, refusing connections beyond `max_connections` (503) and
-    closing one whose request headers are not complete `header_timeout` seconds after
-    it connected, or after the first byte of a later request on it arrived (408)."""
+    """uvicorn's h11 protocol with two rules. A connection whose request headers are not
+    complete `header_timeout` seconds after it connected, or after the first byte of a
+    later request on it arrived, gets a 408 and is closed. Beyond `max_connections`, the
+    connection that has waited longest for its headers makes room (503, closed); when
+    every connection is busy with a request, the newcomer is refused (503)."""
     refusal = _plain_response(
         "503 Service Unavailable",
         f"The retriever has {max_connections} open connections, its limit; try again "
@@ -38,6 +41,9 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol
         f"The request headers did not arrive within {header_timeout:g} s "
         "(the server's --header-timeout).\n")
 
+    # Connections waiting for request headers, oldest first.
+    awaiting: collections.OrderedDict[GuardedH11, None] = collections.OrderedDict()
+
     class GuardedH11(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
         _waiting_after: object = None  # the request cycle before the awaited headers
@@ -45,12 +51,20 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             if len(self.connections) > max_connections:
-                log.warning("refused a connection: %d open, the limit is %d",
-                            len(self.connections) - 1, max_connections)
-                transport.write(refusal)
-                transport.close()
-                return
+                if awaiting:
+                    oldest, _ = awaiting.popitem(last=False)
+                    oldest._refuse()
+                else:
+                    log.warning("refused a connection: all %d are busy with requests",
+                                max_connections)
+                    self._refuse()
+                    return
             self._arm()
+
+        def _refuse(self) -> None:
+            self._disarm()
+            self.transport.write(refusal)
+            self.transport.close()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
@@ -71,14 +85,16 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol
         def _arm(self) -> None:
             self._waiting_after = self.cycle
             self._deadline = self.loop.call_later(header_timeout, self._too_slow)
+            awaiting[self] = None
 
         def _disarm(self) -> None:
+            awaiting.pop(self, None)
             if self._deadline is not None:
                 self._deadline.cancel()
                 self._deadline = None
 
         def _too_slow(self) -> None:
-            self._deadline = None
+            self._disarm()
             if self.transport.is_closing():
                 return
             if self.cycle is not None and not self.cycle.response_complete:

@@ -52,7 +52,7 @@ MAX_CONNECTIONS = 1000
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 60.0
 # One request's share of a scheduling round, and a round's total, in results.
-SLICE_RESULTS = 2048
+SLICE_RESULTS = 1024
 ROUND_RESULTS = 8192
 # An answer this big (in results) is followed by returning freed memory to the system.
 TRIM_AFTER_RESULTS = 8192
@@ -174,21 +174,19 @@ class FairScheduler:
                 self.waiting.append(job)
         return chosen
 
-    def _search_round(self, chosen: list[tuple[Job, int, int]]) -> list[tuple[object, dict]]:
-        """Worker thread: one engine batch per distinct topk; each slice rendered."""
-        out: list[tuple[object, dict]] = [(None, {})] * len(chosen)
-        for topk in sorted({job.topk for job, _, _ in chosen}):
-            picked = [n for n, (job, _, _) in enumerate(chosen) if job.topk == topk]
-            queries = [q for n in picked for q in chosen[n][0].queries[chosen[n][1]:chosen[n][2]]]
-            results, failures = self._search(queries, topk)
-            offset = 0
-            for n in picked:
-                job, start, end = chosen[n]
-                width = end - start
-                mine = {start + i - offset: why for i, why in failures.items()
-                        if offset <= i < offset + width}
-                out[n] = (job.render(results[offset:offset + width]), mine)
-                offset += width
+    def _search_group(self, group: list[tuple[Job, int, int]]) -> list[tuple[object, dict]]:
+        """Worker thread: the slices of one topk as one engine batch; each slice rendered,
+        with its failures indexed by query in its own request."""
+        topk = group[0][0].topk
+        results, failures = self._search(
+            [q for job, start, end in group for q in job.queries[start:end]], topk)
+        out, offset = [], 0
+        for job, start, end in group:
+            width = end - start
+            mine = {start + i - offset: why for i, why in failures.items()
+                    if offset <= i < offset + width}
+            out.append((job.render(results[offset:offset + width]), mine))
+            offset += width
         return out
 
     async def run(self) -> None:
@@ -198,24 +196,30 @@ class FairScheduler:
                 self.wakeup.clear()
                 await self.wakeup.wait()
                 continue
-            chosen = self._next_round()
-            if not chosen:
-                continue
-            try:
-                outcome = await loop.run_in_executor(self.worker, self._search_round, chosen)
-            except Exception as err:  # the engine itself failed: each request in the round
-                for job, _, _ in chosen:
-                    if not job.future.done():
-                        job.future.set_exception(err)
-                    with contextlib.suppress(ValueError):
-                        self.waiting.remove(job)
-                continue
-            for (job, _, end), (part, failures) in zip(chosen, outcome, strict=True):
-                job.parts.append(part)
-                job.failures.update(failures)
-                self.failed_queries += len(failures)
-                if end == len(job.queries) and not job.future.done():
-                    job.future.set_result((job.parts, job.failures))
+            groups: dict[int, list[tuple[Job, int, int]]] = {}
+            for chosen in self._next_round():
+                groups.setdefault(chosen[0].topk, []).append(chosen)
+            # One engine batch per topk, the smallest first: its requests are answered
+            # before a big slice is searched.
+            for group in sorted(groups.values(),
+                                key=lambda g: sum((end - start) * job.topk
+                                                  for job, start, end in g)):
+                try:
+                    outcome = await loop.run_in_executor(self.worker, self._search_group,
+                                                         group)
+                except Exception as err:  # the engine itself failed: each request hears
+                    for job, _, _ in group:
+                        if not job.future.done():
+                            job.future.set_exception(err)
+                        with contextlib.suppress(ValueError):
+                            self.waiting.remove(job)
+                    continue
+                for (job, _, end), (part, failures) in zip(group, outcome, strict=True):
+                    job.parts.append(part)
+                    job.failures.update(failures)
+                    self.failed_queries += len(failures)
+                    if end == len(job.queries) and not job.future.done():
+                        job.future.set_result((job.parts, job.failures))
 
 
 async def _disconnected(request: Request) -> None:

@@ -44,7 +44,7 @@ def record_of(done: Finished, golden=("Paris",)):
 
 
 def test_unclosed_answer_then_the_note_then_an_answer_scores_the_answer():
-    # The example: `<answer> Paris` + EOS, the note, then `<answer> Paris </answer>`.
+    # `<answer> Paris` + EOS, the note, then `<answer> Paris </answer>`.
     done, events = run(["<answer> Paris", "<answer> Paris </answer>"])
     assert [e.answer for e in events if isinstance(e, AnswerGiven)] == ["Paris"]
     assert done.answer == "Paris" and done.invalid_actions == 1

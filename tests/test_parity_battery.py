@@ -1,15 +1,15 @@
 """A battery of generated cases: our real loop and evaluator against Search-R1's rules.
 
-The reference below is written here from the rules as ../shared/PROTOCOL.md states them
-(generate to EOS or the budget, cut, parse the first action, insert the observation or the
+The reference below is written here from Search-R1's rules (docs/protocol.md): generate to
+EOS or the budget, cut, parse the first action, insert the observation or the
 invalid-action note, a closing round without search; score the last `<answer>` over prompt +
-response when there are at least two matches; normalise; EM and sub-EM). Thousands of seeded
+response when there are at least two matches; normalise; EM and sub-EM. Thousands of seeded
 cases (stray, unclosed, nested and mismatched tags, tags in documents, EOS without action,
 several answers, answers before a search, token budgets, unicode, whitespace variants) run
 through `run_agent` / `run_agent_batch` with a scripted backend and an in-test retriever
 whose documents carry tags, then through `evaluator.rundir.make_record`.
 
-Every difference must fall in a category the README's "Protocol" section documents:
+Every difference must fall in a category docs/protocol.md documents:
 - `prompt_example`: the model wrote no `<answer>` block; Search-R1 scores the prompt's own
   example ("Beijing"), we score no answer.
 - `tag_in_documents` / `tag_in_invalid_note`: Search-R1's last match is a tag inside
@@ -231,7 +231,7 @@ class CaseRetriever:
 # ------------------------------------------------------------------ comparison
 
 
-def classify(case: Case, ref: Reference, prompt: str, ours: str | None) -> str | None:
+def classify(ref: Reference, prompt: str, ours: str | None) -> str | None:
     """None when Search-R1 and we score the same prediction, else the difference's kind
     ("undocumented" when it is none of the documented ones)."""
     solution = prompt + "".join(text for _, text in ref.pieces)
@@ -290,7 +290,7 @@ def test_battery_has_only_documented_differences():
             assert given == ([done.answer] if done.stop_reason == "answer" else []), case
         record = make_record(Question(str(case.index), "nq", "q", case.golden), done)
         assert record.prediction == done.answer  # scored exactly what the agent reported
-        kind = classify(case, ref, prompt, done.answer)
+        kind = classify(ref, prompt, done.answer)
         theirs = ref_prediction(prompt + "".join(t for _, t in ref.pieces))[0]
         if kind is None:
             counts["same_prediction"] += 1
@@ -331,8 +331,8 @@ def test_battery_has_only_documented_differences():
     assert counts["same_prediction"] > CASES // 3
 
 
-def test_reference_and_our_rules_on_the_issues_examples():
-    """The hand-picked cases from the issue, through the same comparison."""
+def test_reference_and_our_rules_on_hand_picked_cases():
+    """Hand-picked cases at the rules' edges, through the same comparison."""
     paris = Case(0, ["<answer> Paris", "<answer> Paris </answer>"], {}, ["Paris"], 4, 500)
     done, _ = run_ours(paris, batch=False)
     ref = ref_run(paris.turns, paris.docs_for, 4, 500)
@@ -354,4 +354,4 @@ def test_reference_and_our_rules_on_the_issues_examples():
     done, _ = run_ours(none, batch=False)
     ref = ref_run(none.turns, none.docs_for, 1, 500)
     assert done.answer is None
-    assert classify(none, ref, protocol.user_message("case 3"), None) == "tag_in_invalid_note"
+    assert classify(ref, protocol.user_message("case 3"), None) == "tag_in_invalid_note"

@@ -55,6 +55,9 @@ def test_find_stop():
     assert protocol.find_stop("<answer>a</answer><search>") == -1
     assert protocol.find_stop("<answer>a</answer><search>q</search>!") == len(
         "<answer>a</answer><search>q</search>")
+    # Another rule, as benchmarks/stop_rule.py measures: the earliest of its strings.
+    assert protocol.find_stop("<answer>a</answer> <search>q</search>",
+                              ("</search>", "</answer>")) == len("<answer>a</answer>")
 
 
 def test_parse_action():

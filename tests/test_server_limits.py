@@ -167,18 +167,38 @@ def test_partial_headers_after_a_kept_alive_request_time_out(guarded_server):
         assert time.monotonic() - start < HEADER_TIMEOUT + 2
 
 
-def test_connections_over_the_limit_are_refused_cleanly(guarded_server):
+def test_over_the_limit_the_longest_waiting_connection_makes_room(guarded_server):
     sockets = [_half_open(guarded_server.port) for _ in range(MAX_CONNECTIONS + 20)]
     try:
-        refused = 0
-        for sock in sockets[MAX_CONNECTIONS:]:
-            answer = _closed_by_server(sock, 1.0)
-            if answer is not None and answer.startswith(b"HTTP/1.1 503"):
-                refused += 1
-                assert b"--max-connections" in answer
-        assert refused >= 15
+        time.sleep(0.3)
+        # A real request gets in: the oldest half-open connection is closed with a 503.
+        response = httpx.post(_url(guarded_server), json={"queries": ["Paris"]})
+        assert response.status_code == 200
+        evicted = [_closed_by_server(sock, 0.5) for sock in sockets[:21]]
+        assert all(a is not None and a.startswith(b"HTTP/1.1 503") for a in evicted), evicted
+        assert b"--max-connections" in evicted[0]
+        assert _closed_by_server(sockets[-1], 0.5) is None  # the newest still wait
     finally:
         for sock in sockets:
+            sock.close()
+
+
+def test_when_every_connection_is_busy_a_newcomer_is_refused(guarded_server):
+    # Requests whose body never comes: each holds its connection as a request in flight.
+    busy = []
+    for _ in range(MAX_CONNECTIONS):
+        sock = socket.create_connection(("127.0.0.1", guarded_server.port))
+        sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
+        busy.append(sock)
+    try:
+        time.sleep(0.5)
+        with socket.create_connection(("127.0.0.1", guarded_server.port)) as newcomer:
+            answer = _closed_by_server(newcomer, 2.0)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"--max-connections" in answer
+    finally:
+        for sock in busy:
             sock.close()
     time.sleep(0.3)
     assert httpx.post(_url(guarded_server), json={"queries": ["Paris"]}).status_code == 200

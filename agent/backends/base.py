@@ -66,9 +66,11 @@ class Backend(Protocol):
 
 class TokenizerText:
     """The text side of a Backend over a Hugging Face tokenizer (`self.tokenizer`): one copy,
-    so a teacher that writes training data truncates exactly as inference does."""
+    so a teacher that writes training data truncates exactly as inference does. Without a
+    tokenizer (None), a token is estimated at `CHARS_PER_TOKEN` characters."""
 
     tokenizer: Any
+    CHARS_PER_TOKEN = 4
 
     def build_prompt(self, question: str) -> str:
         return protocol.build_prompt(question, self.tokenizer)
@@ -77,8 +79,12 @@ class TokenizerText:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def count_tokens(self, text: str) -> int:
+        if self.tokenizer is None:
+            return -(-len(text) // self.CHARS_PER_TOKEN)
         return len(self._encode(text))
 
     def truncate(self, text: str, max_tokens: int) -> str:
+        if self.tokenizer is None:
+            return text[:max_tokens * self.CHARS_PER_TOKEN]
         ids = self._encode(text)
         return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])

@@ -7,8 +7,8 @@ Search-R1's infer.py re-encodes the whole context every turn.
 A batched turn does not wait for its slowest row: once three quarters of the rows have
 stopped, the rest go on alone from a copy of their cache (`_StragglerCut`).
 
-Why ~470 lines: streaming, batched generation and the KV-cache bookkeeping they share are
-one backend; split, the cache rules would be read in three places.
+Streaming, batched generation and the KV-cache bookkeeping they share live together here,
+so that the cache rules are read in one place.
 """
 
 from __future__ import annotations
@@ -141,10 +141,10 @@ class _StragglerCut:
     """Ends a batched turn early once at most a quarter of its rows are still generating.
 
     A batch decodes every row until the last one stops, so one row that rambles to its
-    token budget (an invalid action: 500 tokens) made the whole batch decode 500 steps; on
-    vitalqa's 374 questions that made the evaluator slower than one question at a time.
-    The rows still running are continued in a batch of their own from a copy of their
-    cache (`_BatchCache.subset`); a row is done at EOS, at a stop string or at its budget.
+    token budget (an invalid action runs to the whole budget) would keep every finished
+    row decoding with it. The rows still running are continued in a batch of their own
+    from a copy of their cache (`_BatchCache.subset`); a row is done at EOS, at a stop
+    string or at its budget.
     """
 
     def __init__(self, stops, eos_ids: list[int], width: int, budgets: Sequence[int]):
@@ -232,7 +232,7 @@ class TransformersBackend(TokenizerText):
         self.model_id = model
         self.eos_ids = _eos_ids(self.tokenizer, self.model)
         self.control_ids = _control_ids(self.tokenizer)
-        # Only benchmarks/stop_rule.py changes them (to measure the old `</answer>` stop).
+        # Only benchmarks/stop_rule.py changes them (to measure a `</answer>` stop too).
         self.stop_strings = tuple(stop_strings)
         self._stop_criteria = None  # built on first use: it indexes the whole vocabulary
         self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
@@ -269,11 +269,6 @@ class TransformersBackend(TokenizerText):
             self._stop_criteria = StopStringCriteria(self.tokenizer, list(self.stop_strings))
         return [self._stop_criteria, *extra]
 
-    def _stopped(self, text: str) -> int:
-        """Index just past the first stop string in `text`; -1 when none."""
-        ends = [i + len(tag) for tag in self.stop_strings if (i := text.find(tag)) != -1]
-        return min(ends) if ends else -1
-
     def _generation_kwargs(self, max_new_tokens: int, sampling: Sampling) -> dict:
         import torch
 
@@ -290,13 +285,12 @@ class TransformersBackend(TokenizerText):
                 torch.manual_seed(sampling.seed)
         return kwargs
 
-    def _finish(self, new_ids: list[int], text: str, max_new_tokens: int,
-                cancelled: bool) -> TurnOutput:
+    def _finish(self, new_ids: list[int], text: str, cancelled: bool) -> TurnOutput:
         """Trim after EOS, then classify why the turn ended."""
         for n, token in enumerate(new_ids):
             if token in self.eos_ids:
                 return TurnOutput(self.decode(new_ids[:n]), n + 1, "eos")
-        if self._stopped(text) >= 0:
+        if protocol.find_stop(text, self.stop_strings) >= 0:
             return TurnOutput(text, len(new_ids), "stop")
         if cancelled:
             return TurnOutput(text, len(new_ids), "cancelled")
@@ -369,8 +363,7 @@ class TransformersBackend(TokenizerText):
             # The cache now holds the context and all but the last generated token.
             self._cached_ids, self._cache = sequence, result["out"].cache
             text = self.decode(new_ids)
-            yield self._finish(new_ids, text, max_new_tokens,
-                               cancel is not None and cancel.is_set())
+            yield self._finish(new_ids, text, cancel is not None and cancel.is_set())
 
     # Many questions, one turn each -------------------------------------------------------
     def generate(self, contexts: Sequence[Sequence[str]], max_new_tokens: Sequence[int],
@@ -396,7 +389,7 @@ class TransformersBackend(TokenizerText):
             eos_at = next((n for n, t in enumerate(new_ids) if t in self.eos_ids), None)
             kept = new_ids if eos_at is None else new_ids[:eos_at]
             text = self.decode(kept)
-            stop = self._stopped(text)
+            stop = protocol.find_stop(text, self.stop_strings)
             if stop >= 0:  # the text of the tokens up to the stop, as `stream` gives it
                 n = self._tokens_until(kept, stop)
                 outputs.append(TurnOutput(self.decode(kept[:n]), n, "stop"))
@@ -444,7 +437,7 @@ class TransformersBackend(TokenizerText):
     def _ended(self, new_ids: list[int], budget: int) -> bool:
         if len(new_ids) >= budget or any(t in self.eos_ids for t in new_ids):
             return True
-        return self._stopped(self.decode(new_ids)) >= 0
+        return protocol.find_stop(self.decode(new_ids), self.stop_strings) >= 0
 
     def _finish_stragglers(self, rows: list[list[int]], new: list[list[int]], out, mask,
                            budgets: Sequence[int], sampling: Sampling) -> None:

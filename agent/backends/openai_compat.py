@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from agent import protocol
-from agent.backends.base import ModelLoadError, Sampling, TurnOutput
+from agent.backends.base import ModelLoadError, Sampling, TokenizerText, TurnOutput
 
 UNREPORTED = object()  # the server has no field saying which stop fired
 
@@ -43,7 +43,7 @@ def restore_stop(text: str, finish_reason: str | None, stop_reason) -> tuple[str
     return text, "eos"
 
 
-class OpenAIBackend:
+class OpenAIBackend(TokenizerText):
     name = "openai"
 
     def __init__(self, model: str, base_url: str = "http://127.0.0.1:8001/v1",
@@ -74,29 +74,14 @@ class OpenAIBackend:
                           "estimated. Pass --tokenizer ID_OR_PATH.", stacklevel=2)
             self.tokenizer = None
 
-    def build_prompt(self, question: str) -> str:
-        return protocol.build_prompt(question, self.tokenizer)
-
-    def count_tokens(self, text: str) -> int:
-        if self.tokenizer is None:
-            return (len(text) + 3) // 4
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def truncate(self, text: str, max_tokens: int) -> str:
-        if self.tokenizer is None:
-            return text[: max_tokens * 4]
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return text if len(ids) <= max_tokens else self.tokenizer.decode(ids[:max_tokens])
-
     def _prompt(self, context: Sequence[str], keep_last: int | None) -> str | list[int]:
         """The prompt text; with `keep_last`, the last that many tokens, sent as token ids
         (the completions API takes them), so the cut falls where Search-R1's does."""
         if not keep_last:
             return "".join(context)
         if self.tokenizer is None:
-            return "".join(context)[-keep_last * 4:]
-        ids = [i for segment in context
-               for i in self.tokenizer(segment, add_special_tokens=False)["input_ids"]]
+            return "".join(context)[-keep_last * self.CHARS_PER_TOKEN:]
+        ids = [i for segment in context for i in self._encode(segment)]
         return ids[-keep_last:]
 
     def _request(self, context: Sequence[str], max_new_tokens: int, sampling: Sampling,
