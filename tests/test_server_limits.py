@@ -19,6 +19,7 @@ from tests.conftest import free_port, start_process, stop_process
 
 MAX_RESULTS = 50_000
 HEADER_TIMEOUT = 2.0
+BODY_TIMEOUT = 3.0
 MAX_CONNECTIONS = 60
 
 
@@ -29,7 +30,8 @@ def guarded_server(default_corpus):
     port = free_port()
     process = start_process(
         ["-m", "retriever", "serve", "--port", str(port), "--java-heap", "512m",
-         "--header-timeout", str(HEADER_TIMEOUT), "--max-connections", str(MAX_CONNECTIONS)],
+         "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
+         "--max-connections", str(MAX_CONNECTIONS)],
         f"http://127.0.0.1:{port}/health", env={"RETRIEVER_MAX_RESULTS": str(MAX_RESULTS)})
     process.port = port  # type: ignore[attr-defined]
     yield process
@@ -165,6 +167,32 @@ def test_partial_headers_after_a_kept_alive_request_time_out(guarded_server):
         start = time.monotonic()
         assert _closed_by_server(sock, HEADER_TIMEOUT + 5) is not None
         assert time.monotonic() - start < HEADER_TIMEOUT + 2
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408(guarded_server):
+    with socket.create_connection(("127.0.0.1", guarded_server.port)) as sock:
+        sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        start = time.monotonic()
+        sock.settimeout(BODY_TIMEOUT + 5)
+        answer = sock.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408") and b"--body-timeout" in answer, answer
+        assert time.monotonic() - start < BODY_TIMEOUT + 2
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--max-results", "0"], "--max-results must be positive"),
+    (["--header-timeout", "-1"], "--header-timeout must be positive"),
+    (["--max-connections", "100000000"], "ulimit -n"),
+])
+def test_bad_limits_exit_2_before_the_engine_loads(flags, needle):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "retriever", "serve", "--engine", "dense",
+                             "--corpus", "/nonexistent.jsonl", *flags],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and needle in result.stderr, result.stderr
 
 
 def test_over_the_limit_the_longest_waiting_connection_makes_room(guarded_server):
