@@ -11,6 +11,7 @@ embedded default, trained by this project on the embedded corpus). Registry entr
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from functools import cache
@@ -73,6 +74,27 @@ def resolve(model: str) -> str:
                              "checkout does not have. Update the checkout, or pick another "
                              "model.")
     return str(info.local)
+
+
+def parameter_count(model: str) -> int | None:
+    """The parameters in a shipped model's weights (read from the safetensors header, each
+    stored tensor once, so tied embeddings count once); None for a model not stored here."""
+    info = lookup(model)
+    if info is None or info.local is None:
+        return None
+    total = 0
+    try:
+        for path in sorted(info.local.glob("*.safetensors")):
+            with path.open("rb") as handle:
+                size = int.from_bytes(handle.read(8), "little")
+                if size > 100_000_000:
+                    return None
+                header = json.loads(handle.read(size))
+            total += sum(math.prod(t["shape"]) for name, t in header.items()
+                         if name != "__metadata__")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return total or None
 
 
 def shipped(model: str) -> bool:

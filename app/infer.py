@@ -39,12 +39,14 @@ class Style:
 def render_terminal(event, style: Style) -> str:
     """How one event reads in a terminal (pure: returns the text to print)."""
     if isinstance(event, TurnStarted):
-        kind = "final round, no search" if event.final else "turn"
-        return style(f"\n── {kind} {event.turn}/{event.rounds} ──\n", "2")
+        # Counted as --max-turns counts: the rounds with search, then the closing one.
+        title = ("closing turn, no search" if event.final
+                 else f"turn {event.turn}/{event.rounds - 1}")
+        return style(f"\n── {title} ──\n", "2")
     if isinstance(event, TextDelta):
         return event.text
     if isinstance(event, SearchCalled):
-        return "\n" + style(f"🔎 search: {event.query}", "1;36") + "\n"
+        return "\n" + style(f"search: {event.query}", "1;36") + "\n"
     if isinstance(event, DocumentsReturned):
         lines = [style(f"   {len(event.docs)} documents in {event.seconds:.2f}s", "2")]
         for i, doc in enumerate(event.docs, 1):
@@ -52,9 +54,9 @@ def render_terminal(event, style: Style) -> str:
             lines.append(style(f"   [{i}] {doc.title}", "36") + f" ({doc.score:.2f}) {snippet}…")
         return "\n".join(lines) + "\n"
     if isinstance(event, InvalidAction):
-        return "\n" + style("⚠ invalid action: the model is told to try again", "33") + "\n"
+        return "\n" + style("invalid action: the model is told to try again", "33") + "\n"
     if isinstance(event, AnswerGiven):
-        return "\n\n" + style(f"✅ answer: {event.answer}", "1;32") + "\n"
+        return "\n\n" + style(f"answer: {event.answer}", "1;32") + "\n"
     if isinstance(event, Finished):
         stats = (f"stop={event.stop_reason} turns={event.turns} searches={event.searches} "
                  f"new_tokens={event.new_tokens} seconds={event.seconds:.1f}")

@@ -44,9 +44,9 @@ def test_terminal_output_and_errors(tiny_models, default_corpus):
 
 def test_render_terminal_sets_searches_off():
     plain, colour = Style(False), Style(True)
-    assert render_terminal(TurnStarted(1, 5, False), plain) == "\n── turn 1/5 ──\n"
+    assert render_terminal(TurnStarted(1, 5, False), plain) == "\n── turn 1/4 ──\n"
     assert render_terminal(TextDelta("<think>x"), plain) == "<think>x"
-    assert render_terminal(SearchCalled("paris", 1), plain) == "\n🔎 search: paris\n"
+    assert render_terminal(SearchCalled("paris", 1), plain) == "\nsearch: paris\n"
     docs = DocumentsReturned("paris", [Doc("1", '"Paris"\nCapital of France.', 3.5)], "", 0.01)
     shown = render_terminal(docs, plain)
     assert "[1] Paris (3.50) Capital of France." in shown

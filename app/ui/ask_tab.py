@@ -98,7 +98,7 @@ class AskTab:
         if problem is None and not model_id:
             problem = "Please pick a model."
         if problem:
-            yield {self.chatbot: past + [fold.note(f"⚠️ {problem}")]}
+            yield {self.chatbot: past + [fold.note(problem)]}
             return
         question_text = question_text.strip()
         session = session_of(request)

@@ -78,9 +78,9 @@ class CompareTab:
         except inputs.InputError as err:
             raise gr.Error(str(err)) from None
         problem = validate_question(question_text)
-        messages = [[fold.note(f"⚠️ {problem}")] if problem else [] for _ in models]
+        messages = [[fold.note(problem)] if problem else [] for _ in models]
         if not problem:  # an empty name would load "." (the working directory) as a model
-            messages = [[] if m else [fold.note(f"⚠️ Please pick model {side}.")]
+            messages = [[] if m else [fold.note(f"Please pick model {side}.")]
                         for m, side in zip(models, "AB", strict=True)]
         if any(messages):
             yield {self.chats[0]: messages[0], self.chats[1]: messages[1],

@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL, is_nano, label, lookup, registry
+from agent.models import (
+    DEFAULT_BASELINE,
+    DEFAULT_MODEL,
+    is_nano,
+    label,
+    lookup,
+    parameter_count,
+    registry,
+)
 from app.ui.access import Access
 from app.ui.controls import Decoding, model_picker
 from app.ui.examples import load_examples
@@ -58,10 +66,14 @@ class Studio:
 
     def model_info(self, model: str) -> str:
         """A line on what `model` is (the registry's description), for beside the picker."""
-        info = lookup((model or "").strip())
+        model = (model or "").strip()
+        info = lookup(model)
         if info is None:
             return ""
-        return f"_{info.method} · {info.size or '?'}_ — {info.description}"
+        count = parameter_count(model)
+        size = f"{count / 1e6:.1f}M parameters" if count else (
+            f"{info.size} parameters" if info.size else "")
+        return f"_{' · '.join(p for p in (info.method, size) if p)}_ — {info.description}"
 
     def model_picker(self, value: str, label: str, elem_id: str) -> gr.Dropdown:
         return model_picker(self.model_choices(), value, label, elem_id,

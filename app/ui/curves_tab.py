@@ -115,7 +115,7 @@ class CurvesTab:
                                      else label_rows(table) or None,
                                      smoothing=float(weight), annotate=bool(notes))
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
-            return {**update, self.messages: f"❌ Could not analyse the files: "
+            return {**update, self.messages: f"**Could not analyse the files:** "
                                              f"{escape(str(err))}",
                     self.summary: None, self.labels: table}
         lines = [f"- **{m.level}**: {escape(str(m.source) + ': ' if m.source else '')}"

@@ -17,6 +17,11 @@ from agent.loop import AgentSettings, run_agent
 from agent.models import label
 
 BackendFactory = Callable[[str], Backend]
+# One model load at a time in this process: transformers' loader sets process-wide state
+# while it builds a model (weights first made on the "meta" device, its lazy imports), and
+# two loads in two threads leave each other's models without weights ("Cannot copy out of
+# meta tensor") and can leave the loader broken for every later load.
+LOAD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,9 @@ class ModelPool:
         return slot is not None and slot.backend is not None
 
     def get(self, model: str) -> Backend:
-        """The loaded backend (loading it now if needed); raises ModelLoadError."""
+        """The loaded backend (loading it now if needed); raises ModelLoadError. Loads run
+        one at a time in the process (`LOAD_LOCK`); a failed load is not kept: the next
+        call tries again."""
         model = model.strip()
         self.refuse_if_not_allowed(model)
         slot = self._slot(model)
@@ -115,7 +122,8 @@ class ModelPool:
             slot.state, slot.detail = "loading", ""
             self._evict(keep=model)
             try:
-                backend = self.factory(model)
+                with LOAD_LOCK:
+                    backend = self.factory(model)
             except ModelLoadError as err:
                 slot.state, slot.detail = "failed", str(err)
                 raise

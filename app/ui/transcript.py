@@ -33,8 +33,8 @@ from app.ui.model_pool import ModelStatus
 
 Message = dict[str, Any]
 
-THOUGHT_TITLE = "💭 Thought"
-ANSWER_PREFIX = "✅ **Answer:** "
+THOUGHT_TITLE = "Thought"
+ANSWER_PREFIX = "**Answer:** "
 DOC_PREVIEW_CHARS = 700  # the panel shows a preview; the raw view has every character
 ATTRIBUTION = ("Documents: text from [Wikipedia](https://en.wikipedia.org/), licensed "
                "[CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/).")
@@ -131,7 +131,7 @@ class _Search:
 
 
 def _search_message(query: str, search: _Search | None, closed: bool) -> Message:
-    title = f"🔍 Search: {escape(query.strip())}" if query.strip() else "🔍 Search"
+    title = f"Search: {escape(query.strip())}" if query.strip() else "Search"
     metadata: dict[str, Any] = {"title": title, "status": "pending"}
     if search is not None and search.state == "done":
         metadata.update(status="done", duration=round(search.seconds, 3),
@@ -164,7 +164,7 @@ def part_message(part: TurnPart, search: _Search | None = None) -> Message:
 
 
 _ENDINGS = {
-    "cancelled": "⏹ Stopped.",
+    "cancelled": "Stopped.",
     "max_turns": "No answer within the turn limit.",
     "context_full": "Stopped: the context is full (4,096 tokens).",
     "eos": "The model ended without an answer.",
@@ -176,7 +176,7 @@ def ending_message(finished: Finished) -> Message | None:
     if finished.stop_reason == "answer":
         return None
     if finished.stop_reason == "error":
-        return note(f"❌ **The run failed:** {escape(finished.error or 'unknown error')}")
+        return note(f"**The run failed:** {escape(finished.error or 'unknown error')}")
     return note(_ENDINGS.get(finished.stop_reason, f"Ended: {finished.stop_reason}."))
 
 
@@ -200,6 +200,7 @@ class Transcript:
         self._status_at: int | None = None  # index of the model-status panel
         self.turn = 0
         self.rounds = 0
+        self.final_round = False  # the closing round, without search
         self.searches = 0
         self.finished: Finished | None = None
         self.load_failed = False  # the model could not be loaded: the run never started
@@ -239,7 +240,7 @@ class Transcript:
             self._apply_status(event)
         elif isinstance(event, TurnStarted):
             self._close_turn()
-            self.turn, self.rounds = event.turn, event.rounds
+            self.turn, self.rounds, self.final_round = event.turn, event.rounds, event.final
             self._turn_began = self.now()
         elif isinstance(event, TextDelta):
             if self.first_text_at is None:
@@ -263,7 +264,7 @@ class Transcript:
             self._close_turn()
             self.messages.append(note(
                 "No `<search>` or `<answer>` in this turn, so the model was told: "
-                "_My previous action is invalid…_ and tried again.", title="⚠️ Invalid action"))
+                "_My previous action is invalid…_ and tried again.", title="Invalid action"))
             self._turn_start = len(self.messages)
         elif isinstance(event, AnswerGiven):
             self._end_turn_clock()
@@ -283,7 +284,7 @@ class Transcript:
             message["metadata"].update(status="done", duration=round(status.seconds, 3))
         if status.state == "failed":
             self.load_failed = True
-            message = note(f"❌ **{titles['failed']}.** {escape(status.detail)}")
+            message = note(f"**{titles['failed']}.** {escape(status.detail)}")
         if self._status_at is None:
             self._status_at = len(self.messages)
             self.messages.append(message)
@@ -323,7 +324,8 @@ class Transcript:
         seconds = (self.finished.seconds if self.finished is not None
                    else self.now() - self.started)
         generating = self.generation_seconds
-        return RunStats(turn=self.turn, rounds=self.rounds, searches=self.searches,
+        return RunStats(turn=self.turn, rounds=self.rounds, final_round=self.final_round,
+                        searches=self.searches,
                         tokens=tokens, seconds=seconds,
                         tokens_per_second=tokens / generating if generating > 0 else 0.0,
                         answer=self.answer,
@@ -341,9 +343,17 @@ class RunStats:
     tokens_per_second: float
     answer: str | None = None
     stop_reason: str | None = None
+    final_round: bool = False
 
     def line(self) -> str:
-        turn = f"Turn {self.turn} of {self.rounds}" if self.rounds else "Turn –"
+        """One line of live stats. Turns count as Max turns does (the rounds with search);
+        the closing round, which has none, is named as such."""
+        if self.final_round:
+            turn = "Closing turn (no search)"
+        elif self.rounds:
+            turn = f"Turn {self.turn} of {self.rounds - 1}"
+        else:
+            turn = "Turn –"
         searches = f"{self.searches} search" + ("" if self.searches == 1 else "es")
         state = f" · {self.stop_reason}" if self.stop_reason else " · running"
         return (f"{turn} · {searches} · {self.tokens} tokens · "

@@ -1,0 +1,87 @@
+"""What the studio's pages say, checked without a browser: icons that render with any font,
+turn counts that match Max turns, the parameter count read from the model's weights, and a
+model pool that loads one model at a time and retries a failed load."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+
+import pytest
+
+from agent.backends.base import ModelLoadError
+from agent.events import TurnStarted
+from agent.models import ROOT, parameter_count
+from app.ui import transcript as fold
+from app.ui.model_pool import ModelPool
+from tests.scripted_backend import ScriptedBackend
+
+# Pictographs, dingbats and the emoji variation selector: without an emoji font (Debian's
+# Chromium as installed) they show as empty boxes.
+EMOJI = re.compile("[\u2600-\u27bf\u2b00-\u2bff\u23e9-\u23ff\ufe0f\U0001f000-\U0001faff]")
+
+
+def test_no_page_text_uses_an_emoji_icon():
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted((ROOT / "app").rglob("*.py"))
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if EMOJI.search(line)]
+    assert found == []
+    from tests.test_ui_render import run_events
+
+    messages = fold.render(run_events())
+    assert not any(EMOJI.search(str(m)) for m in messages)
+    assert fold.THOUGHT_TITLE == "Thought" and "Search: 2001 director" in str(messages)
+
+
+@pytest.mark.parametrize("turn, final, line", [(1, False, "Turn 1 of 4 "),
+                                               (4, False, "Turn 4 of 4 "),
+                                               (5, True, "Closing turn (no search) ")])
+def test_the_turn_line_counts_to_max_turns(turn, final, line):
+    transcript = fold.Transcript(now=lambda: 0.0)
+    transcript.apply(TurnStarted(turn, 5, final))  # Max turns 4: 4 rounds with search + 1
+    assert transcript.stats().line().startswith(line)
+
+
+def test_parameter_count_is_read_from_the_weights():
+    assert parameter_count("nano") == 4_200_960  # tied embeddings counted once
+    assert parameter_count("Qwen/Qwen2.5-3B") is None  # not here: no figure
+    from app.ui.context import Studio
+
+    info = Studio(pool=ModelPool(lambda m: None), retriever=None).model_info("nano")
+    assert "4.2M parameters" in info and "~5M" not in info
+
+
+def test_pool_loads_one_model_at_a_time():
+    loading, most = [], []
+
+    def factory(model):
+        loading.append(model)
+        most.append(len(loading))
+        time.sleep(0.2)
+        loading.remove(model)
+        return ScriptedBackend([])
+
+    pool = ModelPool(factory)
+    threads = [threading.Thread(target=pool.get, args=(m,)) for m in ("a/a", "b/b", "c/c")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert max(most) == 1 and all(pool.is_loaded(m) for m in ("a/a", "b/b", "c/c"))
+
+
+def test_a_failed_load_is_tried_again():
+    calls = []
+
+    def factory(model):
+        calls.append(model)
+        if len(calls) == 1:
+            raise RuntimeError("Cannot copy out of meta tensor")
+        return ScriptedBackend([])
+
+    pool = ModelPool(factory)
+    with pytest.raises(ModelLoadError, match="meta tensor"):
+        pool.get("a/a")
+    assert pool.get("a/a") is not None and pool.status("a/a")[0] == "ready"
