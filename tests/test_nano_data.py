@@ -51,12 +51,14 @@ def retriever():
     return LocalRetriever(engine="bm25")
 
 
+@pytest.mark.slow
 def test_questions_are_deterministic(records, questions):
     again = build_questions(records)
     assert [q.question for q in again[0]] == [q.question for q in questions[0]]
     assert [q.answers for q in again[1]] == [q.answers for q in questions[1]]
 
 
+@pytest.mark.slow
 def test_split_by_article(questions):
     train, held = questions
     assert train and held
@@ -67,6 +69,7 @@ def test_split_by_article(questions):
         assert any(q.family == family for q in held), family
 
 
+@pytest.mark.slow
 def test_questions_never_contain_their_answer(questions):
     train, held = questions
     leaks = [q for q in train + held if q.family in ("span", "twohop")
@@ -74,12 +77,14 @@ def test_questions_never_contain_their_answer(questions):
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_phrasings_vary_as_people_type(questions):
     texts = [q.question for q in questions[0]]
     assert any(t.endswith("?") for t in texts) and any(not t.endswith("?") for t in texts)
     assert any(t == t.lower() for t in texts) and any(t[0].isupper() for t in texts)
 
 
+@pytest.mark.slow
 def test_shipped_benchmark_is_what_the_code_writes(questions):
     """assets/vitalqa/test.jsonl: FlashRAG records, regenerated identically from the corpus."""
     shipped = [json.loads(x) for x in SHIPPED.read_text(encoding="utf-8").splitlines()]
@@ -94,6 +99,7 @@ def test_shipped_benchmark_is_what_the_code_writes(questions):
     assert families["human"] >= 30 and len(families) == 5
 
 
+@pytest.mark.slow
 def test_human_questions_are_about_held_out_articles(records):
     from nano.teacher import _norm
 
@@ -120,6 +126,7 @@ def _docs_as_observation(backend: TeacherBackend, retriever, query: str) -> str:
         protocol.observation(protocol.render_documents([doc.contents for doc in docs])), 500)
 
 
+@pytest.mark.slow
 def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
     train = questions[0]
     picked = [next(q for q in train if q.family == f) for f in
@@ -144,6 +151,7 @@ def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
                    for _, title, text in documents_in(inserted[-1]))
 
 
+@pytest.mark.slow
 def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
     """A first search that finds nothing useful leads to a reformulated second search."""
     question = GeneratedQuestion("span-test-0", "what nationality was zqxv wmbr", ("American",),
@@ -157,6 +165,7 @@ def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
     assert "do not answer" in [t for t, mine in run["segments"] if mine][1]
 
 
+@pytest.mark.slow
 def test_unsolvable_questions_are_dropped(tokenizer, retriever):
     question = GeneratedQuestion("span-test-1", "what nationality was zqxv wmbr", ("Martian",),
                                  "span", ("Stanley Kubrick",), "nationality",

@@ -43,6 +43,7 @@ def test_files_and_size():
     assert sum(p.stat().st_size for p in MODEL.iterdir()) <= 30 * 2**20
 
 
+@pytest.mark.slow
 def test_loads_like_a_qwen_checkpoint(backend):
     from transformers import AutoTokenizer
 
@@ -59,6 +60,7 @@ def test_loads_like_a_qwen_checkpoint(backend):
         assert len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1
 
 
+@pytest.mark.slow
 def test_teacher_truncates_as_the_backend_does(backend, default_corpus):
     """Training observations were cut exactly as inference cuts them."""
     from nano.teacher import TeacherBackend
@@ -72,6 +74,7 @@ def test_teacher_truncates_as_the_backend_does(backend, default_corpus):
     assert teacher.count_tokens(text) == backend.count_tokens(text)
 
 
+@pytest.mark.slow
 def test_held_out_em(backend):
     """Greedy on a fixed held-out sample: the EM measured for the shipped model (batched, as
     the evaluator runs it: the same answers as one at a time, several times faster)."""

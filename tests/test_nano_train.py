@@ -45,6 +45,7 @@ class _NoDocs:
         return [[] for _ in queries]
 
 
+@pytest.mark.slow
 def test_micro_training(micro_data, tmp_path):
     records = [json.loads(x) for x in (micro_data / "train.jsonl").read_text().splitlines()]
     assert len(records) >= 200
@@ -70,6 +71,7 @@ def test_micro_training(micro_data, tmp_path):
     assert after > before, (before, after)  # measured: 0 of 12 before, 9 of 12 after
 
 
+@pytest.mark.slow
 def test_state_masking(micro_data):
     """Loss falls only on the model's own turns; the prompt and observations are masked."""
     from transformers import AutoTokenizer
@@ -105,6 +107,7 @@ def test_copy_drills_repeat_a_window_with_loss_on_the_repeat_only():
     assert copy_drills([list(range(5))], 3, random.Random(0)) == []  # too short to drill
 
 
+@pytest.mark.slow
 def test_train_cli_as_in_the_readme(micro_data, tmp_path):
     """`python -m nano train --data … --tokenizer … --out …` with the flags the model card
     uses (first turns, content weight, copy drills, an induction stage): it trains, saves a
@@ -153,6 +156,7 @@ def test_induction_batches_copy_spans_from_random_places():
     assert len({len(ids) for ids, _ in held}) > 1
 
 
+@pytest.mark.slow
 def test_a_fixed_distance_copier_does_not_solve_the_induction_batches(micro_data):
     """Why the spans come from random places: a model trained on one window repeated at a
     fixed distance learns to copy it, and that skill is worth nothing on spans copied from
@@ -197,6 +201,7 @@ def test_a_fixed_distance_copier_does_not_solve_the_induction_batches(micro_data
     assert learnt < 0.5 * chance and transfer > 0.9 * chance, (learnt, transfer)
 
 
+@pytest.mark.slow
 def test_induction_batches_recur_after_the_stage(micro_data, tmp_path):
     """With induction_every, every n-th step after the stage is an induction batch again (no
     own-token loss: the trajectories' steps have one)."""
@@ -210,6 +215,7 @@ def test_induction_batches_recur_after_the_stage(micro_data, tmp_path):
     assert induction == [1, 2, 4, 7]  # steps 0, 1 (the stage), then 3 and 6 (every 3rd)
 
 
+@pytest.mark.slow
 def test_init_fine_tunes_saved_weights_and_rejects_another_vocabulary(micro_data, tmp_path):
     """--init starts from a saved model (zero steps keep its weights exactly); a model with
     another vocabulary is refused with a message that says what to give instead."""
@@ -255,6 +261,7 @@ def test_swap_answer_replaces_the_answer_after_the_prompt_only():
     assert swap_answer(unread, "Paris") is None  # no document holds it
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_rotation_resumes_from_its_newest_whole_checkpoint(micro_data,
                                                                              tmp_path):
     """The two states a kill during a save can leave: between the two renames (only

@@ -66,6 +66,7 @@ def test_wire_induction_refuses_a_model_too_small_for_it():
         wire_induction(_fresh(hidden=64, heads=2))
 
 
+@pytest.mark.slow
 def test_train_cli_wires_the_fresh_model(micro_data, tmp_path):
     """python -m nano train --wire-induction: the saved model (0 steps) copies, with rope_theta
     1e6; the same command without the flag gives a model at chance."""
@@ -88,6 +89,7 @@ def test_train_cli_wires_the_fresh_model(micro_data, tmp_path):
     assert losses["--wire-induction"] < 1.0 < 7.0 < losses[None], losses
 
 
+@pytest.mark.slow
 def test_train_cli_refuses_wiring_given_weights(micro_data, tmp_path):
     """--wire-induction with --init: a clear error, exit 2, and nothing written to --out."""
     out = tmp_path / "out"

@@ -45,6 +45,7 @@ SETTINGS = AgentSettings(max_turns=3, max_new_tokens=16, max_obs_tokens=4000, gr
                          top_p=0.95)
 
 
+@pytest.mark.slow
 def test_rollout_masks_only_what_the_model_generated(scripted_backend, local_retriever,
                                                      questions_file):
     retriever = TimedRetriever(local_retriever)
@@ -67,6 +68,7 @@ def test_rollout_masks_only_what_the_model_generated(scripted_backend, local_ret
     assert [s.reward for s in samples] == [1.0, 1.0, 0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_encode_follows_the_segments(scripted_backend):
     from agent.events import Finished
 
@@ -83,6 +85,7 @@ def test_encode_follows_the_segments(scripted_backend):
     assert sample.answer_span == [0] * (len(ids[1]) + len(ids[2])) + [1] * len(ids[3])
 
 
+@pytest.mark.slow
 def test_batched_log_probs_equal_one_by_one_full_forward(tiny_models, local_retriever,
                                                          questions_file):
     from agent.backends.hf import TransformersBackend
@@ -138,6 +141,7 @@ def micro_run(tiny_models, questions_file, tmp_path_factory, local_retriever):
     return out, args
 
 
+@pytest.mark.slow
 def test_three_step_cli_run_writes_logs_checkpoint_and_model(micro_run):
     out, _ = micro_run
     lines = (out / "train.log").read_text().splitlines()
@@ -166,6 +170,7 @@ def test_three_step_cli_run_writes_logs_checkpoint_and_model(micro_run):
     assert "--method llds-a" in (out / "command.txt").read_text()
 
 
+@pytest.mark.slow
 def test_logs_parse_through_the_curves_reader_into_one_run(micro_run):
     from curves.parse import read_log
     from curves.runs import resolve_metrics
@@ -187,6 +192,7 @@ def test_logs_parse_through_the_curves_reader_into_one_run(micro_run):
             assert series in found, (name, series)
 
 
+@pytest.mark.slow
 def test_an_existing_run_is_refused_without_resume_and_continued_with_it(micro_run):
     out, args = micro_run
     refused = _run_cli(args)
@@ -205,6 +211,7 @@ def test_cli_refuses_missing_inputs_with_the_way_out():
     assert done.returncode == 2 and "--model is required" in done.stderr
 
 
+@pytest.mark.slow
 def test_forget_cache_after_an_update_gives_what_the_updated_model_computes(tiny_models):
     """Rollouts after a training update must not reuse keys and values of the old weights."""
     from agent.backends.base import Sampling
