@@ -146,3 +146,27 @@ def test_a_missing_torch_is_named(monkeypatch, capsys):
                         lambda name, *a: None if name == "torch" else real(name, *a))
     assert main(["rl", "--help"]) == 2
     assert "needs PyTorch, which is not installed" in capsys.readouterr().err
+
+
+class _RunsCode:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (str(self.marker),)
+
+
+def test_rl_resume_refuses_a_state_file_that_would_run_code(inputs, capsys):
+    import torch
+
+    saved = inputs["out"] / "checkpoint"
+    saved.mkdir(parents=True)
+    marker = inputs["out"] / "code-ran"
+    torch.save({"step": 1, "payload": _RunsCode(marker)}, saved / "state.pt")
+    argv = ["rl", "--model", str(inputs["model"]), "--train-data", str(inputs["data"]),
+            "--out", str(inputs["out"]), "--resume"]
+    assert main(argv) == 2
+    assert "loading it would run code" in capsys.readouterr().err
+    assert not marker.exists() and not (inputs["out"] / "command.txt").exists()

@@ -289,3 +289,31 @@ def test_a_run_killed_mid_rotation_resumes_from_its_newest_whole_checkpoint(micr
     assert summary["steps"] == 8 and checkpoint.load_state(saved)["step"] == 8
     assert sorted(p.name for p in (tmp_path / "run").iterdir() if "checkpoint" in p.name) == [
         "checkpoint"]
+
+
+class _RunsCode:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (str(self.marker),)
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_state_file_that_would_run_code(micro_data, tmp_path, capsys):
+    import torch
+
+    from nano.__main__ import main
+
+    saved = tmp_path / "run" / "checkpoint"
+    saved.mkdir(parents=True)
+    marker = tmp_path / "code-ran"
+    torch.save({"step": 1, "payload": _RunsCode(marker)}, saved / "state.pt")
+    argv = ["train", "--data", str(micro_data / "train.jsonl"), "--tokenizer",
+            str(micro_data / "tokenizer"), "--out", str(tmp_path / "run"), "--resume",
+            "--threads", "1"]
+    assert main(argv) == 2
+    assert "loading it would run code" in capsys.readouterr().err
+    assert not marker.exists()
