@@ -12,8 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 from evaluator.benchmarks import (
-    LOCAL_BENCHMARKS,
     Question,
+    local_benchmark_file,
     local_candidates,
     question_from_record,
 )
@@ -103,7 +103,7 @@ def benchmark_path(directory: Path) -> Path:
 
 def shipped_benchmark() -> Path:
     """The vitalqa file shipped with the repository, where the evaluator loads it from."""
-    return benchmark_path(LOCAL_BENCHMARKS[BENCHMARK_NAME])
+    return local_benchmark_file(BENCHMARK_NAME)
 
 
 def benchmark_question(q: GeneratedQuestion) -> Question:
