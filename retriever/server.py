@@ -340,9 +340,11 @@ def create_app(engine: Engine, default_topk: int = 3,
             return _error(413, f"the body is larger than the limit of {limits.max_body_mb:g} "
                                "MiB (start the server with --max-body-mb N to raise it, or "
                                "send fewer queries per request).")
-        except TimeoutError:
-            return _error(408, f"the body did not arrive within {limits.body_timeout:g} s "
-                               "(the server's --body-timeout).")
+        except TimeoutError:  # the rest of the body may never come: close the connection
+            answer = _error(408, f"the body did not arrive within {limits.body_timeout:g} s "
+                                 "(the server's --body-timeout).")
+            answer.headers["connection"] = "close"
+            return answer
         try:
             # The standard library's parser: it keeps a lone surrogate ("\ud800"), which
             # the engines drop, where a stricter parser would refuse the whole request.
