@@ -242,3 +242,25 @@ def test_a_flood_of_bad_requests_does_not_grow_the_log(guarded_server):
     grown = log.stat().st_size - before
     assert grown < 4000, log.read_text(errors="replace")[-1000:]
     assert httpx.get(_url(guarded_server, "/health")).status_code == 200
+
+
+def test_the_log_limit_lets_a_burst_through_then_counts_what_it_dropped():
+    import io
+    import logging
+
+    from retriever.connections import RateLimit
+
+    stream = io.StringIO()
+    logger = logging.getLogger("test-rate-limit")
+    logger.addHandler(logging.StreamHandler(stream))
+    logger.propagate = False
+    logger.addFilter(RateLimit(burst=3, period=0.3))
+    for n in range(1000):
+        logger.warning("bad request %d", n)
+    logger.warning("another kind")
+    assert stream.getvalue().splitlines() == ["bad request 0", "bad request 1",
+                                              "bad request 2", "another kind"]
+    time.sleep(0.35)
+    logger.warning("bad request %d", 1000)
+    assert stream.getvalue().splitlines()[-1] == (
+        "bad request 1000 (997 more like this in the last 0.3 s were not logged)")
