@@ -11,6 +11,9 @@ from agent.events import AnswerGiven, DocumentsReturned, Finished, TextDelta
 from agent.loop import AgentSettings, run_agent, run_agent_batch
 from agent.models import check_loadable
 
+# Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def scripted(tiny_models):

@@ -11,6 +11,9 @@ from agent.loop import AgentSettings, run_agent, run_agent_batch
 from agent.testing import free_port
 from tests.openai_server import serve_in_thread
 
+# Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 
 def test_restore_stop_puts_the_closing_tag_back():
     assert restore_stop("<search> q ", "stop", "</search>") == ("<search> q </search>", "stop")

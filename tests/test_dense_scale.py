@@ -19,6 +19,9 @@ from retriever import faiss_index
 from retriever.corpus import CorpusError, load_records
 from tests.conftest import free_port
 
+# Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 DOCS = 2000
 QUERIES = ["Stanley Kubrick science fiction film", "capital city of France",
            "Beethoven symphony", "theory of relativity", "ancient Greek philosopher",

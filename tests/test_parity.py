@@ -108,6 +108,7 @@ def closer_then_search_model(tiny_models, tmp_path_factory):
     return str(directory), query.strip()
 
 
+@pytest.mark.slow
 def test_real_model_generates_past_answer_and_cuts_at_search(closer_then_search_model,
                                                             local_retriever):
     directory, query = closer_then_search_model
@@ -147,6 +148,7 @@ def test_truncate_goes_on_with_the_last_tokens_and_counts_the_cuts(local_retriev
     assert record.context_cuts == 3 and record.to_dict()["context_cuts"] == 3
 
 
+@pytest.mark.slow
 def test_hf_backend_reencodes_after_a_left_cut(tiny_models, local_retriever):
     import torch
 
@@ -176,6 +178,7 @@ def test_hf_backend_reencodes_after_a_left_cut(tiny_models, local_retriever):
         assert batched[i].context_cuts == one.context_cuts == 2
 
 
+@pytest.mark.slow
 def test_openai_backend_sends_the_window_as_token_ids(tiny_models):
     from agent.backends.openai_compat import OpenAIBackend
 

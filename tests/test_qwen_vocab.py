@@ -29,6 +29,9 @@ from agent.testing import (
 from evaluator.benchmarks import Question
 from evaluator.rundir import make_record
 
+# Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 VERSIONS = ("qwen2.5", "qwen3", "qwen3-think-special")
 THINK, END_THINK = 151667, 151668
 # Qwen2.5's system line as its tokenizer encodes it (ids published with Qwen2.5 prompts).

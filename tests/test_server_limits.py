@@ -58,6 +58,7 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 def test_results_cap_names_the_limit_and_the_flag(guarded_server, default_corpus):
     health = httpx.get(_url(guarded_server, "/health")).json()
     assert health["max_results"] == MAX_RESULTS  # from RETRIEVER_MAX_RESULTS
@@ -71,6 +72,7 @@ def test_results_cap_names_the_limit_and_the_flag(guarded_server, default_corpus
     assert at_cap.status_code == 200 and len(at_cap.json()["result"]) == 500
 
 
+@pytest.mark.slow
 def test_small_requests_are_served_while_a_big_one_runs(guarded_server, default_corpus):
     big_queries = _titles(default_corpus, MAX_RESULTS // 10)[::-1]
     finished: dict[str, float] = {}
@@ -97,6 +99,7 @@ def test_small_requests_are_served_while_a_big_one_runs(guarded_server, default_
     assert max(latencies) < 1.0, latencies
 
 
+@pytest.mark.slow
 def test_memory_returns_after_a_big_answer(guarded_server, default_corpus):
     pid = guarded_server.pid
     queries = _titles(default_corpus, MAX_RESULTS // 100)
@@ -110,6 +113,7 @@ def test_memory_returns_after_a_big_answer(guarded_server, default_corpus):
     assert _rss_mb(pid) - baseline < 40, (baseline, _rss_mb(pid))
 
 
+@pytest.mark.slow
 def test_deeply_nested_json_is_a_422(guarded_server):
     depth = 100_000
     response = httpx.post(_url(guarded_server), content=b"[" * depth + b"]" * depth,
@@ -139,6 +143,7 @@ def _closed_by_server(sock: socket.socket, timeout: float) -> bytes | None:
     return received
 
 
+@pytest.mark.slow
 def test_half_open_connections_are_closed_and_a_real_request_succeeds(guarded_server):
     pid = guarded_server.pid
     before = _open_fds(pid)
@@ -158,6 +163,7 @@ def test_half_open_connections_are_closed_and_a_real_request_succeeds(guarded_se
     assert httpx.post(_url(guarded_server), json={"queries": ["Paris"]}).status_code == 200
 
 
+@pytest.mark.slow
 def test_partial_headers_after_a_kept_alive_request_time_out(guarded_server):
     sock = socket.create_connection(("127.0.0.1", guarded_server.port))
     with sock:
@@ -169,6 +175,7 @@ def test_partial_headers_after_a_kept_alive_request_time_out(guarded_server):
         assert time.monotonic() - start < HEADER_TIMEOUT + 2
 
 
+@pytest.mark.slow
 def test_a_body_that_does_not_arrive_in_time_is_a_408(guarded_server):
     with socket.create_connection(("127.0.0.1", guarded_server.port)) as sock:
         sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -185,6 +192,7 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(guarded_server):
     (["--header-timeout", "-1"], "--header-timeout must be positive"),
     (["--max-connections", "100000000"], "ulimit -n"),
 ])
+@pytest.mark.slow
 def test_bad_limits_exit_2_before_the_engine_loads(flags, needle):
     import subprocess
     import sys
@@ -195,6 +203,7 @@ def test_bad_limits_exit_2_before_the_engine_loads(flags, needle):
     assert result.returncode == 2 and needle in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_over_the_limit_the_longest_waiting_connection_makes_room(guarded_server):
     sockets = [_half_open(guarded_server.port) for _ in range(MAX_CONNECTIONS + 20)]
     try:
@@ -211,6 +220,7 @@ def test_over_the_limit_the_longest_waiting_connection_makes_room(guarded_server
             sock.close()
 
 
+@pytest.mark.slow
 def test_when_every_connection_is_busy_a_newcomer_is_refused(guarded_server):
     # Requests whose body never comes: each holds its connection as a request in flight.
     busy = []
@@ -232,6 +242,7 @@ def test_when_every_connection_is_busy_a_newcomer_is_refused(guarded_server):
     assert httpx.post(_url(guarded_server), json={"queries": ["Paris"]}).status_code == 200
 
 
+@pytest.mark.slow
 def test_a_flood_of_bad_requests_does_not_grow_the_log(guarded_server):
     log = Path(guarded_server.log_path)
     before = log.stat().st_size
