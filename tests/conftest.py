@@ -18,6 +18,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A cache of the test session's own, so tests never depend on what a user built before.
 os.environ["LLDS_CACHE_DIR"] = os.environ.get("LLDS_TEST_CACHE_DIR") or tempfile.mkdtemp(
     prefix="llds-test-cache-")
+# The studio's Evaluate results go to a folder of the session's own, not the user's data.
+os.environ["LLDS_DATA_DIR"] = tempfile.mkdtemp(prefix="llds-test-data-")
 
 ROOT = Path(__file__).resolve().parent.parent
 

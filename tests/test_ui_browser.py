@@ -273,7 +273,7 @@ def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
 
     from tests.test_evaluator import write_fixture
 
-    monkeypatch.chdir(tmp_path)  # the tab writes its run under ./runs
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))  # the tab writes its run there
     data = write_fixture(tmp_path / "data")
     page.get_by_role("tab", name="Evaluate").click()
     page.locator("#eval-data-dir textarea").fill(str(data))
@@ -283,3 +283,74 @@ def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
     expect(page.locator("#eval-summary")).to_contain_text("3 questions", timeout=60_000)
     expect(page.locator("#eval-summary")).to_contain_text("EM ")
     page.screenshot(path=str(ARTIFACTS / "evaluate.png"), full_page=True)
+
+
+def no_error_badge(page) -> None:
+    """No output of the page shows Gradio's red "Error" (a handler that failed)."""
+    from playwright.sync_api import expect
+
+    expect(page.get_by_text("Error", exact=True)).to_have_count(0)
+    expect(page.locator(".toast-body.error")).to_have_count(0)
+
+
+def test_bundled_runs_button_plots_them_with_no_error(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Training curves").click()
+    summary = page.locator("#curves-summary")
+    expect(summary).to_be_hidden()  # no empty table with placeholder headers before a run
+    page.locator("#curves-bundled").click()
+    messages = page.locator("#curves-messages")
+    expect(messages).to_contain_text("likelihood highest", timeout=60_000)
+    expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
+    expect(summary).to_contain_text("nano-grpo")
+    page.wait_for_timeout(1500)  # the file box's own events, which used to fail, have run
+    no_error_badge(page)
+    assert "set by the user" not in messages.inner_text()
+    # Every panel with a note has its plot (none cut off by the number of plot slots).
+    notes = messages.inner_text().count("Validation scores")
+    plots = page.locator(".js-plotly-plot").count()
+    assert plots >= 10 and (notes == 0 or plots >= 11)
+    page.locator("#curves-analyze").click()  # Analyze again: still no label "set by the user"
+    page.wait_for_timeout(3000)
+    expect(messages).to_contain_text("likelihood highest", timeout=60_000)
+    assert "set by the user" not in messages.inner_text()
+    no_error_badge(page)
+    page.screenshot(path=str(ARTIFACTS / "curves-bundled.png"), full_page=True)
+
+
+def test_an_example_click_asks_it(page):
+    from playwright.sync_api import expect
+
+    page.get_by_role("button", name="Who directed 2001: A Space Odyssey?").first.click()
+    chat = page.locator("#ask-chat")
+    expect(chat).to_contain_text("Answer: Stanley Kubrick", timeout=30_000)
+    expect(page.locator("#ask-question textarea")).to_have_value(
+        "Who directed 2001: A Space Odyssey?")
+
+
+def test_ask_shows_one_run_its_raw_text_beside_the_checkbox_and_greedy_locks_sampling(page):
+    from playwright.sync_api import expect
+
+    temperature = page.locator("#ask-temperature input[type=range]")
+    expect(temperature).to_be_disabled()  # Greedy is ticked: sampling settings don't apply
+    page.get_by_label("Greedy (the paper's evaluation)").uncheck()
+    expect(temperature).to_be_enabled()
+    page.get_by_label("Greedy (the paper's evaluation)").check()
+    chat = page.locator("#ask-chat")
+    ask(page, "Does the script test pass?")
+    expect(chat).to_contain_text("Answer: Stanley Kubrick", timeout=30_000)
+    ask(page, "Who directed 2001: A Space Odyssey?")
+    expect(chat).to_contain_text("Search: 2001: A Space Odyssey director", timeout=30_000)
+    expect(page.locator("#ask-stats")).to_contain_text("answer", timeout=30_000)
+    assert "script test" not in chat.inner_text()  # the earlier question is not piled above
+    page.get_by_label("Show raw text (what the model saw)").check()
+    raw = page.locator("#ask-raw")
+    expect(raw).to_be_visible()
+    box = page.get_by_label("Show raw text (what the model saw)").bounding_box()
+    top = raw.bounding_box()
+    assert 0 <= top["y"] - box["y"] < 150  # right under its checkbox
+    text = raw.locator("textarea")
+    expect(text).to_have_value(re.compile("<search> 2001: A Space Odyssey director"))
+    assert text.evaluate("e => e.scrollWidth <= e.clientWidth + 2")  # long lines wrap
+    page.screenshot(path=str(ARTIFACTS / "ask-raw.png"), full_page=True)

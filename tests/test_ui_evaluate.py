@@ -17,6 +17,7 @@ def studio_with(backend, retriever) -> Studio:
 
 def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_retriever):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = write_fixture(tmp_path / "data")
     seen = []
     summary, table = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
@@ -33,6 +34,7 @@ def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_re
 
 def test_evaluate_sample_reports_bad_input(tmp_path, monkeypatch, local_retriever):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     studio = studio_with(ScriptedBackend(["<answer> x </answer>"]), local_retriever)
     assert "Pick a model" in evaluate_sample(studio, " ", "nq", 3, 0, "", 4)[0]
     missing = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "nowhere"), 4)[0]
@@ -46,3 +48,29 @@ def test_evaluate_sample_reports_bad_input(tmp_path, monkeypatch, local_retrieve
     studio.pool = ModelPool(broken)
     data = write_fixture(tmp_path / "data")
     assert "offline and not cached" in evaluate_sample(studio, "m", "nq", 3, 0, str(data), 4)[0]
+
+
+def test_results_go_to_the_user_data_directory_and_messages_speak_of_the_tab(
+        tmp_path, monkeypatch, local_retriever):
+    from app.ui.evaluate_tab import results_root
+
+    work, data_home = tmp_path / "checkout", tmp_path / "data-home"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("LLDS_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    assert results_root() == data_home / "llds-studio" / "runs"
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path / "mine"))
+    assert results_root() == tmp_path / "mine" / "runs"
+    seen = []
+    summary, _ = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
+                                 "nq", 3, 0, str(write_fixture(tmp_path / "data")), 4,
+                                 progress=lambda value, desc: seen.append(desc))
+    assert list(work.iterdir()) == []  # nothing written where the studio was started
+    run = next((tmp_path / "mine" / "runs").iterdir())
+    assert f"`{run / 'nq.jsonl'}`" in summary
+    assert seen[-1] == "3 of 3 questions asked"  # a count, not a score
+    studio = studio_with(ScriptedBackend(["<answer> x </answer>"]), local_retriever)
+    missing = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "nowhere"), 4)[0]
+    assert "Local benchmark directory" in missing and "--data-dir" not in missing
+    assert "vitalqa or naturalqa" in missing

@@ -130,6 +130,7 @@ def test_exposed_studio_through_the_api(tmp_path, local_retriever, monkeypatch):
     from gradio_client import Client
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = write_fixture(tmp_path / "data")
     factory = Factory()
     demo, url = launch(factory, local_retriever, Access(exposed=True, named=frozenset(
@@ -154,6 +155,7 @@ def test_exposed_studio_through_the_api(tmp_path, local_retriever, monkeypatch):
 def test_data_errors_shown_to_visitors_of_an_exposed_studio_quote_no_record(
         tmp_path, local_retriever, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     (tmp_path / "data" / "nq").mkdir(parents=True)
     secret = {"id": "1", "not_question": "s3cr3t-api-key", "golden_answers": ["x"]}
     (tmp_path / "data" / "nq" / "test.jsonl").write_text(json.dumps(secret) + "\n")
@@ -172,6 +174,7 @@ def test_data_errors_shown_to_visitors_of_an_exposed_studio_quote_no_record(
 def test_seeds_are_bounded_integers_and_share_one_run_directory(tmp_path, monkeypatch,
                                                                 local_retriever):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = str(write_fixture(tmp_path / "data", n_copies=3))
     studio = studio_with(scripted(), local_retriever)
     for seed in (1, 2, 3):
@@ -204,6 +207,7 @@ class _DownRetriever:
 def test_an_incomplete_run_says_so_and_that_rerunning_resumes(tmp_path, monkeypatch,
                                                               local_retriever):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = str(write_fixture(tmp_path / "data"))
     studio = studio_with(scripted(), _DownRetriever())
     summary, table = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
@@ -225,6 +229,7 @@ def test_wrong_typed_api_calls_name_the_field(tmp_path, local_retriever, monkeyp
     from gradio_client import Client
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     demo, url = launch(Factory(), local_retriever)
     try:
         client = Client(url, verbose=False)
@@ -306,6 +311,7 @@ def test_compare_refuses_an_empty_model_and_shows_a_failed_load(tmp_path, local_
     from gradio_client import Client
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     factory = Factory()
     demo, url = launch(factory, local_retriever)
     try:

@@ -9,6 +9,7 @@ versions; the shipped ones have their own end-to-end test (tests/test_ui_nano_br
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -163,10 +164,14 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         messages, summary, labels, first_plot, *_ = client.predict(
             0.6, True, api_name="/curves_bundled")
-        assert "nano-scale training runs made by this project" in messages
-        assert "python -m nano rl --method grpo --seed 0" in messages
-        assert "Two runs (a null result)" in messages and "no reward signal" in messages
-        assert "Details" not in messages
+        assert "made by this project on a CPU" in messages
+        assert messages.count("not the paper's runs") == 1
+        assert "- `grpo`: grpo, seed 0" in messages  # from its command.txt
+        assert str(tmp_path) not in messages  # no path of the machine that made them
+        for run in ("nano-grpo", "nano-llds-a"):  # each run's likelihood, as measured
+            assert re.search(rf"`{run}` \(\w+\): likelihood highest at (the last "
+                             r"step|step \d+, then [0-9.]+ (lower|higher) by step)", messages)
+        assert "(set by the user)" not in messages
         methods = {row[0]: row[1] for row in labels["data"]}
         assert methods == {"nano-grpo": "GRPO", "nano-llds-a": "LLDS"}
         assert first_plot["visible"] is True
@@ -180,6 +185,8 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
             0.6, True, api_name="/curves")
         assert {row[0]: row[1] for row in labels["data"]}["nano-grpo"] == "LLDS"
         assert "made by this project" in messages
+        # Only the label the user changed reads as set by the user.
+        assert messages.count("set by the user") == 1
     finally:
         demo.close()
 

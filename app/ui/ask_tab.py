@@ -39,7 +39,7 @@ class AskTab:
 
     def __init__(self, studio: Studio):
         self.studio = studio
-        self.history = gr.State([])
+        self.examples: list[gr.Examples] = []
         with gr.Row():
             with gr.Column(scale=3):
                 self.chatbot = gr.Chatbot(
@@ -48,7 +48,6 @@ class AskTab:
                     elem_id="ask-chat", placeholder="Ask a question: the agent thinks, "
                                                     "searches the corpus, and answers.")
                 self.stats = gr.Markdown(EMPTY_STATS, elem_id="ask-stats")
-                gr.Markdown(fold.ATTRIBUTION, elem_id="attribution")
                 with gr.Row():
                     self.question = gr.Textbox(label="Question", placeholder="Who directed "
                                                "2001: A Space Odyssey?", scale=5, max_lines=4,
@@ -57,15 +56,15 @@ class AskTab:
                     self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                                  elem_id="ask-stop")
                     self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
-                if studio.nano_examples():
-                    gr.Examples(studio.nano_examples(), inputs=[self.question],
-                                label="The nano agent answers these (held-out questions "
-                                      "about the embedded corpus)",
-                                elem_id="ask-nano-examples")
-                gr.Examples(CORPUS_EXAMPLES, inputs=[self.question],
-                            label="The embedded corpus knows")
-                gr.Examples(BENCHMARK_EXAMPLES, inputs=[self.question],
-                            label="Benchmark style (NQ / HotpotQA)")
+                for questions, label, elem_id in example_groups(studio):
+                    self.examples.append(gr.Examples(questions, inputs=[self.question],
+                                                     label=label, elem_id=elem_id))
+                self.show_raw = gr.Checkbox(False, label="Show raw text (what the model saw)",
+                                            elem_id="ask-show-raw")
+                self.raw = gr.Textbox(label="Raw text: prompt + everything generated and "
+                                      "inserted", visible=False, lines=12, max_lines=30,
+                                      interactive=False, buttons=["copy"], elem_id="ask-raw")
+                gr.Markdown(fold.ATTRIBUTION, elem_id="attribution")
             with gr.Column(scale=1):
                 self.model = studio.model_picker(studio.default_model, "Model", "ask-model")
                 self.model_info = gr.Markdown(studio.model_info(studio.default_model),
@@ -75,20 +74,16 @@ class AskTab:
                     elem_id="ask-model-status")
                 with gr.Accordion("Decoding and search", open=True):
                     studio.decoding.render()
-                self.show_raw = gr.Checkbox(False, label="Show raw text (what the model saw)")
                 self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
                                       file_count="multiple", interactive=False,
                                       elem_id="ask-export")
-        self.raw = gr.Code(label="Raw text: prompt + everything generated and inserted",
-                           visible=False, language=None, lines=16, interactive=False,
-                           elem_id="ask-raw")
 
     # Explicit parameters, not *values: Gradio injects gr.Request only into those.
-    def run(self, question_text: str, past: list, model_id: str, greedy_on: bool, temp: float,
+    def run(self, question_text: str, model_id: str, greedy_on: bool, temp: float,
             nucleus: float, turns: int, k: int, tokens: int, request: gr.Request):
-        """Ask the question; stream the transcript, then the raw text and the exports."""
+        """Ask the question; stream its transcript (the chat shows this run alone), then
+        the raw text and the exports."""
         studio = self.studio
-        past = list(past or [])
         try:
             model_id = inputs.text("Model", model_id)
             settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
@@ -98,17 +93,18 @@ class AskTab:
         if problem is None and not model_id:
             problem = "Please pick a model."
         if problem:
-            yield {self.chatbot: past + [fold.note(problem)]}
+            yield {self.chatbot: [fold.note(problem)]}
             return
         question_text = question_text.strip()
         session = session_of(request)
         handles = studio.runs.start(session, "ask")
         cancel = handles[0]
         transcript = fold.Transcript()
-        asked = [*past, fold.question_message(question_text)]
+        asked = [fold.question_message(question_text)]
         exported: list[str] = []
         try:
-            yield {self.chatbot: asked, self.stats: "Starting…",
+            yield {self.chatbot: asked, self.stats: "Starting…", self.raw: "",
+                   self.export: None,
                    self.model_status: status_markdown(studio.pool, model_id)}
             stream = run_model(studio.pool, model_id, question_text, studio.retriever,
                                settings, cancel)
@@ -121,7 +117,7 @@ class AskTab:
                 yield {self.chatbot: asked + transcript.messages,
                        self.stats: transcript.stats(count).line()}
             final = asked + transcript.messages
-            done = {self.chatbot: final, self.history: final,
+            done = {self.chatbot: final,
                     self.stats: transcript.stats(count).line() if transcript.events
                     else "Not run.",
                     self.model_status: status_markdown(studio.pool, model_id)}
@@ -143,8 +139,7 @@ class AskTab:
         self.studio.runs.stop(session_of(request), ASK_SLOTS, wait=3.0)
 
     def clear(self) -> dict:
-        return {self.chatbot: [], self.history: [], self.stats: EMPTY_STATS, self.raw: "",
-                self.export: None}
+        return {self.chatbot: [], self.stats: EMPTY_STATS, self.raw: "", self.export: None}
 
     def toggle_raw(self, on: bool) -> dict:
         return {self.raw: gr.update(visible=on)}
@@ -156,21 +151,39 @@ class AskTab:
 
     def wire(self) -> None:
         limits = {"concurrency_id": "agent", "concurrency_limit": self.studio.concurrency}
-        fields = [self.question, self.history, self.model, *self.studio.decoding.components]
-        outputs = [self.chatbot, self.history, self.stats, self.raw, self.export,
-                   self.model_status]
+        fields = [self.question, self.model, *self.studio.decoding.components]
+        outputs = [self.chatbot, self.stats, self.raw, self.export, self.model_status]
         asked = self.ask.click(self.run, fields, outputs, api_name="ask", **limits)
         submitted = self.question.submit(self.run, fields, outputs, api_visibility="private",
                                          **limits)
+        runs = [asked, submitted]
+        for examples in self.examples:  # a click on an example asks it
+            runs.append(examples.load_input_event.then(
+                self.run, fields, outputs, api_visibility="private", **limits))
         self.stop_button.click(self.stop, None, None, queue=False, api_name="stop").then(
-            None, None, None, cancels=[asked, submitted])
-        self.clear_button.click(self.clear, None, [self.chatbot, self.history, self.stats,
-                                                   self.raw, self.export],
+            None, None, None, cancels=runs)
+        self.clear_button.click(self.clear, None, [self.chatbot, self.stats, self.raw,
+                                                   self.export],
                                 queue=False, api_visibility="private")
         self.show_raw.change(self.toggle_raw, self.show_raw, self.raw, queue=False,
                              api_visibility="private")
         self.model.change(self.model_changed, self.model, [self.model_status, self.model_info],
                           queue=False, api_visibility="private")
+        self.studio.decoding.wire()
+
+
+def example_groups(studio: Studio) -> list[tuple[list[str], str, str]]:
+    """The Ask tab's example groups: (questions, label, elem_id). Beside a nano model, the
+    held-out questions it was run on and answers right; else questions whose answers the
+    embedded corpus holds and benchmark-style ones, labelled as such (not as answered)."""
+    if studio.nano_examples():
+        return [(studio.nano_examples(), "Questions the nano agent answers right (held out "
+                 "from its training; checked by running it greedily). Click one to ask it.",
+                 "ask-nano-examples")]
+    return [(CORPUS_EXAMPLES, "Questions whose answers are in the embedded corpus (the "
+             "model may still miss them). Click one to ask it.", "ask-corpus-examples"),
+            (BENCHMARK_EXAMPLES, "Benchmark style (NQ / HotpotQA); the embedded corpus may "
+             "not hold the answer.", "ask-benchmark-examples")]
 
 
 def mount(studio: Studio) -> None:

@@ -18,6 +18,8 @@ CONTROLS = {"temperature": ("Temperature", 0.05, 1.5, 0.05, 0.7),
             "topk": ("Documents per search (top-k)", 1, 10, 1, 3),
             "max_new_tokens": ("Max new tokens per turn", 32, 1024, 1, 500)}
 GREEDY_LABEL = "Greedy (the paper's evaluation)"
+SAMPLING = ("temperature", "top_p")  # what greedy decoding ignores
+GREEDY_NOTE = "Not used while Greedy is ticked."
 
 
 def _checked(name: str, value, integer: bool = False):
@@ -58,12 +60,29 @@ class Decoding:
     whose values go to `settings_from_controls` in this order."""
 
     def __init__(self):
-        self.greedy = inputs.Checkbox(True, label=GREEDY_LABEL, render=False)
+        self.greedy = inputs.Checkbox(True, label=GREEDY_LABEL, render=False,
+                                      elem_id="ask-greedy")
         self.sliders = []
         for name in CONTROLS:
             label, low, high, step, default = CONTROLS[name]
-            self.sliders.append(inputs.Slider(low, high, value=default, step=step,
-                                              label=label, render=False))
+            self.sliders.append(inputs.Slider(
+                low, high, value=default, step=step, label=label, render=False,
+                interactive=name not in SAMPLING, elem_id=f"ask-{name.replace('_', '-')}",
+                info=GREEDY_NOTE if name in SAMPLING else None))
+
+    @property
+    def sampling(self) -> list:
+        """The sliders greedy decoding ignores (temperature, top-p)."""
+        return [s for s, name in zip(self.sliders, CONTROLS, strict=True) if name in SAMPLING]
+
+    def greedy_changed(self, greedy: bool) -> dict:
+        """Greedy ticked: the sampling sliders are greyed out (they don't apply)."""
+        info = GREEDY_NOTE if greedy else None
+        return {slider: gr.update(interactive=not greedy, info=info) for slider in self.sampling}
+
+    def wire(self) -> None:
+        self.greedy.change(self.greedy_changed, self.greedy, self.sampling, queue=False,
+                           api_visibility="private")
 
     @property
     def components(self) -> list:

@@ -1,7 +1,8 @@
 """The Training-curves tab: upload training logs, see whether likelihood displacement set in
 (the figures, the summary table and the messages of `curves.analyze_uploads`). "Try the
 bundled runs" plots the nano-scale GRPO and LLDS runs this repository ships
-(`assets/nano-runs/<run>/`), overlaid.
+(`assets/nano-runs/<run>/`), overlaid, and says in a few lines what they are and what
+their likelihood did.
 """
 
 from __future__ import annotations
@@ -14,25 +15,38 @@ from agent.models import ROOT
 from app.ui.context import Studio
 from app.ui.transcript import escape
 
-PLOT_SLOTS = 10
+PLOT_SLOTS = 16  # more than the panels curves draws for a verl log, so none is cut
 BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
 BUNDLED_NOTE = (
-    "**The bundled runs** are nano-scale training runs made by this project with "
-    "`python -m nano rl` on a CPU, starting from the nano agent: not the paper's runs (verl "
-    "with the LLDS fork on 3B-7B models) and not comparable with its numbers.")
+    "**The bundled runs** are short training runs of the nano search agent (this studio's "
+    "default model) made by this project on a CPU, one with plain GRPO and one with GRPO "
+    "plus the LLDS term: not the paper's runs (3B-7B models on GPUs), so not comparable "
+    "with its numbers. They show at toy scale what the paper is about: whether the "
+    "likelihood of the model's good responses falls during GRPO.")
+PHASE_RULE_NOTE = (
+    "The phase columns use a strict rule (a straight-line decline over at least "
+    "{segment} logged steps, far outside the noise); a shorter or noisier fall reads "
+    "\"no sustained likelihood decline\" there.")
+# The summary columns shown, and their headings here (the rest are in curves' CSV export).
+SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "steps",
+                "likelihood peak step": "likelihood peak step",
+                "likelihood change peak→end": "likelihood change peak→end",
+                "steady decay onset (II)": "decay onset (II)",
+                "accelerated collapse onset (III)": "collapse onset (III)",
+                "collapsed": "reward collapsed", "notes": "notes"}
+SUMMARY_WIDTHS = ["22%", "7%", "6%", "8%", "9%", "8%", "8%", "8%", "24%"]
+_SETTINGS = {"--method": "{}", "--lr": "lr {}", "--steps": "{} steps", "--seed": "seed {}"}
 
 
-def bundled_readme(root: Path | None = None) -> str:
-    """The title and first paragraph of the runs' own README (what they are, honestly)."""
-    path = (BUNDLED_RUNS if root is None else root) / "README.md"
+def run_settings(log: Path) -> str:
+    """A bundled run's method and main settings, read from its `command.txt` ("" if none)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        words = (log.parent / "command.txt").read_text(encoding="utf-8").split()
     except OSError:
         return ""
-    blocks = [b.strip() for b in text.split("\n\n") if b.strip()]
-    title = blocks[0].lstrip("# ").strip() if blocks and blocks[0].startswith("#") else ""
-    first = next((b for b in blocks[1:] if not b.startswith(("#", "|"))), "")
-    return "\n\n".join(p for p in (f"_{title}_" if title else "", first) if p)
+    found = [_SETTINGS[flag].format(words[i + 1]) for i, flag in enumerate(words[:-1])
+             if flag in _SETTINGS]
+    return ", ".join(found)
 
 
 def bundled_logs(root: Path | None = None) -> list[Path]:
@@ -49,15 +63,17 @@ def bundled_logs(root: Path | None = None) -> list[Path]:
     return logs
 
 
-def bundled_commands(logs: list[Path]) -> list[str]:
-    """The command that made each bundled run, from its `command.txt` when it has one."""
-    lines = []
-    for log in logs:
-        command = log.parent / "command.txt"
-        if command.is_file():
-            text = command.read_text(encoding="utf-8", errors="replace").strip()
-            lines.append(f"- `{escape(log.parent.name)}`: `{escape(text[:500])}`")
-    return lines
+def likelihood_line(analysis) -> str:
+    """What happened to one run's likelihood, in the summary table's own figures."""
+    name = f"`{escape(analysis.run)}` ({escape(analysis.method)})"
+    change = analysis.likelihood_change
+    if change is None or analysis.peak_step is None:
+        return f"- {name}: no likelihood logged."
+    if analysis.peak_step == analysis.last_step:
+        return f"- {name}: likelihood highest at the last step ({analysis.last_step}): no fall."
+    return (f"- {name}: likelihood highest at step {analysis.peak_step}, then "
+            f"{abs(change):.3f} {'lower' if change < 0 else 'higher'} by step "
+            f"{analysis.last_step}.")
 
 
 def label_rows(table) -> dict[str, str]:
@@ -72,14 +88,16 @@ class CurvesTab:
 
     def __init__(self, bundled: list[Path] | None = None):
         self.bundled = bundle = bundled_logs() if bundled is None else bundled
-        gr.Markdown("Upload verl console logs, W&B CSV exports or TensorBoard event files "
-                    "(several at once) to see whether likelihood displacement set in. "
-                    "Edit the method column to relabel a run, then Analyze again."
-                    + (" Or try the nano-scale GRPO and LLDS runs this studio ships."
-                       if bundle else ""))
+        gr.Markdown("Upload training logs (verl console logs, W&B CSV exports or TensorBoard "
+                    "event files; several at once) to see whether likelihood displacement "
+                    "set in: the likelihood of the model's good responses falling while "
+                    "training goes on. Each run's method (GRPO or LLDS) is guessed from its "
+                    "name; correct it in the table and press Analyze."
+                    + (" Or try the two small runs this studio ships." if bundle else ""))
         self.try_bundled = gr.Button("Try the bundled runs", visible=bool(bundle),
                                      elem_id="curves-bundled")
         self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
+        self.guessed = gr.State({})  # run -> the method guessed from its name
         with gr.Row():
             self.files = gr.File(label="Training logs", file_count="multiple", scale=3,
                                  elem_id="curves-files")
@@ -95,13 +113,16 @@ class CurvesTab:
                 self.analyze = gr.Button("Analyze", variant="primary",
                                          elem_id="curves-analyze")
         self.messages = gr.Markdown("", elem_id="curves-messages")
-        self.summary = gr.Dataframe(label="Summary", interactive=False,
-                                    elem_id="curves-summary")
+        # Hidden until there is a result (an empty table shows placeholder headers).
+        self.summary = gr.Dataframe(label="Summary", interactive=False, wrap=True,
+                                    visible=False, elem_id="curves-summary",
+                                    column_widths=SUMMARY_WIDTHS)
         self.plots = [gr.Plot(visible=False) for _ in range(PLOT_SLOTS)]
 
-    def run(self, paths, table, weight: float, notes: bool, reset_labels: bool = False,
-            preface: str = "") -> dict:
-        """Analyse the uploads with the labels in the table; show messages, table, plots."""
+    def run(self, paths, table, weight: float, notes: bool, guessed: dict | None = None,
+            preface: str = "", bundled: bool = False) -> dict:
+        """Analyse the files; `guessed` (run -> method guessed before) is None for new files,
+        whose methods are guessed afresh: only a label the user changed is passed on."""
         from curves import analyze_uploads
 
         paths = [p if isinstance(p, str) else getattr(p, "name", str(p))
@@ -109,66 +130,81 @@ class CurvesTab:
         update = {plot: gr.update(visible=False, value=None) for plot in self.plots}
         if not paths:
             return {**update, self.messages: "Upload one or more training logs.",
-                    self.summary: None, self.labels: []}
+                    self.summary: gr.update(visible=False, value=None), self.labels: [],
+                    self.guessed: {}}
+        changed = None
+        if guessed is not None:
+            changed = {run: method for run, method in label_rows(table).items()
+                       if guessed.get(run) != method} or None
         try:
-            result = analyze_uploads(paths, labels=None if reset_labels
-                                     else label_rows(table) or None,
-                                     smoothing=float(weight), annotate=bool(notes))
+            result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
+                                     annotate=bool(notes))
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
             return {**update, self.messages: f"**Could not analyse the files:** "
                                              f"{escape(str(err))}",
-                    self.summary: None, self.labels: table}
+                    self.summary: gr.update(visible=False, value=None), self.labels: table}
+        shown = result.panels[:PLOT_SLOTS]
         lines = [f"- **{m.level}**: {escape(str(m.source) + ': ' if m.source else '')}"
                  f"{escape(m.text)}" for m in result.messages]
-        lines += [f"- _{escape(p.title)}_: {escape(p.note)}" for p in result.panels if p.note]
-        for plot, panel in zip(self.plots, result.panels, strict=False):
+        lines += [f"- _{escape(p.title)}_: {escape(p.note)}" for p in shown if p.note]
+        if len(result.panels) > len(shown):
+            lines.append(f"- {len(result.panels) - len(shown)} more panels are not shown.")
+        for plot, panel in zip(self.plots, shown, strict=False):
             update[plot] = gr.update(visible=True, value=panel.figure, label=panel.title)
         text = "\n".join(lines) or "Done."
-        return {**update, self.messages: f"{preface}\n\n{text}" if preface else text,
-                self.summary: result.summary,
-                self.labels: [[r.name, r.method] for r in result.runs]}
+        if bundled:
+            text = self.bundled_text(result) + "\n\nDetails:\n\n" + text
+        summary = result.summary[[c for c in SUMMARY_VIEW if c in result.summary.columns]]
+        update.update({self.messages: text,
+                       self.summary: gr.update(visible=True,
+                                               value=summary.rename(columns=SUMMARY_VIEW)),
+                       self.labels: [[r.name, r.method] for r in result.runs]})
+        if guessed is None:
+            update[self.guessed] = {r.name: r.method for r in result.runs}
+        return update
 
-    def uploaded(self, paths, table, weight: float, notes: bool, bundled: bool) -> dict:
+    def uploaded(self, paths, table, weight: float, notes: bool) -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
-        if not paths and bundled:  # "Try the bundled runs" emptied the box: keep its plots
-            return {}
-        return {**self.run(paths, table, weight, notes, reset_labels=True),
-                self.showing_bundled: False}
+        return {**self.run(paths, table, weight, notes), self.showing_bundled: False}
 
-    def bundled_preface(self) -> str:
-        root = self.bundled[0].parent.parent if self.bundled else None
-        commands = bundled_commands(self.bundled)
-        parts = [BUNDLED_NOTE, bundled_readme(root),
-                 "Commands:\n" + "\n".join(commands) if commands else ""]
+    def bundled_text(self, result) -> str:
+        """What the bundled runs are and what their likelihood did (the table's figures)."""
+        settings = [f"- `{escape(log.parent.name)}`: {escape(found)}"
+                    for log in self.bundled if (found := run_settings(log))]
+        parts = [BUNDLED_NOTE,
+                 "What the likelihood of each run's good responses (mean log-probability "
+                 "per token, advantage >= 0) did:\n\n"
+                 + "\n".join(likelihood_line(a) for a in result.analyses),
+                 PHASE_RULE_NOTE.format(segment=result.rule.min_segment),
+                 "Made with `python -m nano rl`:\n\n" + "\n".join(settings)
+                 if settings else ""]
         return "\n\n".join(p for p in parts if p)
 
     def load_bundled(self, weight: float, notes: bool) -> dict:
         """Plot the bundled runs (GRPO and LLDS overlaid), saying what they are."""
-        paths = [str(p) for p in self.bundled]
-        preface = self.bundled_preface()
-        update = self.run(paths, [], weight, notes, reset_labels=True, preface=preface)
+        update = self.run([str(p) for p in self.bundled], [], weight, notes, bundled=True)
         return {**update, self.files: None, self.showing_bundled: True}
 
-    def analyze_clicked(self, paths, table, weight: float, notes: bool,
-                        bundled: bool) -> dict:
-        """Analyze: the uploads, or the bundled runs when they are what is shown."""
+    def analyze_clicked(self, paths, table, weight: float, notes: bool, bundled: bool,
+                        guessed: dict) -> dict:
+        """Analyze: the uploads, or the bundled runs when they are what is shown, with the
+        labels the user changed."""
         if not paths and bundled:
-            preface = self.bundled_preface()
             return self.run([str(p) for p in self.bundled], table, weight, notes,
-                            preface=preface)
-        return self.run(paths, table, weight, notes)
+                            guessed or {}, bundled=True)
+        return self.run(paths, table, weight, notes, guessed or {})
 
     def wire(self) -> None:
         inputs = [self.files, self.labels, self.smoothing, self.annotate]
-        outputs = [self.messages, self.summary, self.labels, *self.plots]
+        outputs = [self.messages, self.summary, self.labels, self.guessed, *self.plots]
         self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate],
                                [*outputs, self.files, self.showing_bundled],
                                api_name="curves_bundled")
-        self.files.change(self.uploaded, [*inputs, self.showing_bundled],
-                          [*outputs, self.showing_bundled],
+        # upload, not change: "Try the bundled runs" empties the box, which is no upload.
+        self.files.upload(self.uploaded, inputs, [*outputs, self.showing_bundled],
                           api_visibility="private")
-        self.analyze.click(self.analyze_clicked, [*inputs, self.showing_bundled], outputs,
-                           api_name="curves")
+        self.analyze.click(self.analyze_clicked, [*inputs, self.showing_bundled,
+                                                  self.guessed], outputs, api_name="curves")
 
 
 def mount(studio: Studio) -> None:

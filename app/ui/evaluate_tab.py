@@ -1,16 +1,20 @@
 """The "Evaluate" tab: score a model on a sample of one benchmark, with a progress bar.
 
 It calls the evaluator's own runner, so a sample scored here is scored exactly as
-`python -m evaluator` scores it, and lands in `runs/` the same way (resumable). One run
-directory per model, benchmark and turn limit holds every question any sample drew: a new
-seed or sample size reuses it (answered questions are not asked again), never adds one.
+`python -m evaluator` scores it, and is written the same way (resumable), under the user's
+data directory (`results_root`: $LLDS_DATA_DIR/runs, else the platform's user data folder,
+e.g. ~/.local/share/llds-studio/runs), never inside the checkout. One run directory per
+model, benchmark and turn limit holds every question any sample drew: a new seed or sample
+size reuses it (answered questions are not asked again), never adds one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
+import sys
 from pathlib import Path
 
 import gradio as gr
@@ -35,12 +39,41 @@ MAX_TURNS = 8
 log = logging.getLogger(__name__)
 
 
+# The table's columns: the question wraps in its share, the short ones stay whole.
+TABLE_WIDTHS = ["34%", "20%", "22%", "6%", "8%", "10%"]
+UI_DATA_HELP = (
+    "Put the file at DIR/{name}/test.jsonl (FlashRAG format: one JSON record a line with "
+    "id, question, golden_answers) and type DIR into *Local benchmark directory* above; "
+    "or pick {local}, which ship with the studio and need no download.")
+
+
+def user_data_dir() -> Path:
+    """$LLDS_DATA_DIR, else the platform's folder for user data (XDG_DATA_HOME or
+    ~/.local/share on Linux, ~/Library/Application Support on macOS, %LOCALAPPDATA% on
+    Windows) + llds-studio."""
+    if os.environ.get("LLDS_DATA_DIR"):
+        return Path(os.environ["LLDS_DATA_DIR"]).expanduser()
+    home = Path.home()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or home / "AppData" / "Local")
+    elif sys.platform == "darwin":
+        base = home / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or home / ".local" / "share")
+    return base / "llds-studio"
+
+
+def results_root() -> Path:
+    """Where the tab writes its runs (read at each run, so the environment decides)."""
+    return user_data_dir() / "runs"
+
+
 def run_dir_for(model: str, dataset: str, max_turns: int) -> Path:
-    """`runs/ui-<model name>-<hash of the full id>-<dataset>-turns<n>`: the hash keeps two
-    models with one base name (two `…/model` directories) apart."""
+    """`<results_root>/ui-<model name>-<hash of the full id>-<dataset>-turns<n>`: the hash
+    keeps two models with one base name (two `…/model` directories) apart."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(model.rstrip("/")).name) or "model"
     digest = hashlib.sha256(model.encode()).hexdigest()[:8]
-    return Path("runs") / f"ui-{name}-{digest}-{dataset}-turns{max_turns}"
+    return results_root() / f"ui-{name}-{digest}-{dataset}-turns{max_turns}"
 
 
 def _data_problem(studio: Studio, dataset: str, err: DataError) -> str:
@@ -50,7 +83,11 @@ def _data_problem(studio: Studio, dataset: str, err: DataError) -> str:
         log.warning("Evaluate tab: could not load %s: %s", dataset, err)
         return (f"**Could not load {dataset}.** Its data on this server is not usable; "
                 "the details are in the server's log.")
-    return f"**Could not load {dataset}.** {err}"
+    text = str(err)
+    if "Put the FlashRAG file" in text:  # the CLI's instructions, said for this tab
+        text = text[:text.index("Put the FlashRAG file")] + UI_DATA_HELP.format(
+            name=dataset, local=" or ".join(LOCAL_BENCHMARKS))
+    return f"**Could not load {dataset}.** {escape(text)}"
 
 
 def incomplete_note(records, stopped: str | None) -> str | None:
@@ -111,7 +148,8 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
         for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
             done += 1
             if progress is not None:
-                progress((done, len(questions)), desc=f"{dataset}: {done}/{len(questions)}")
+                progress((done, len(questions)),
+                         desc=f"{done} of {len(questions)} questions asked")
     except RunStopped as err:  # too many errors in a row (the retriever is down, say)
         stopped = str(err)
     except Exception as err:  # the run stops; what finished is kept
@@ -123,7 +161,8 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
     scored = [r for r in records if not errored(r)]
     lines = [f"**{dataset}**, {len(scored)} of {len(questions)} questions scored (random "
              f"sample, seed {seed}; not the full split, so not comparable with published "
-             "numbers).", scores_line(scored), f"Results: `{path}`",
+             "numbers).", scores_line(scored),
+             f"Results: `{escape(path.name if studio.access.exposed else str(path))}`",
              *[f"_{escape(n)}_" for n in notes]]
     note = incomplete_note(records, stopped)
     if note:
@@ -153,7 +192,11 @@ class EvaluateTab:
         self.studio = studio
         gr.Markdown("Score a model on a random sample of one benchmark with the exact "
                     "Search-R1 protocol (greedy, top-3). For full runs use "
-                    "`python -m evaluator --all`.")
+                    "`python -m evaluator --all`. "
+                    + ("" if studio.access.exposed else
+                       f"Results are saved under `{escape(str(results_root()))}` (set "
+                       "LLDS_DATA_DIR to change it); a run stopped half-way resumes there."),
+                    elem_id="eval-intro")
         with gr.Row():
             self.model = studio.model_picker(studio.default_model, "Model", "eval-model")
             self.dataset = gr.Dropdown(list(DATASET_CHOICES), value=default_dataset(studio),
@@ -170,7 +213,9 @@ class EvaluateTab:
                                    elem_id="eval-data-dir")
         self.start = gr.Button("Evaluate", variant="primary", elem_id="eval-button")
         self.summary = gr.Markdown(elem_id="eval-summary")
-        self.table = gr.Dataframe(wrap=True, elem_id="eval-table")
+        # Hidden until there are results (an empty table shows placeholder headers).
+        self.table = gr.Dataframe(wrap=True, visible=False, interactive=False,
+                                  column_widths=TABLE_WIDTHS, elem_id="eval-table")
 
     def run(self, model, dataset, sample, seed, data_dir, max_turns,
             progress=gr.Progress()) -> dict:  # noqa: B008 (gradio injects the tracker)
@@ -179,7 +224,8 @@ class EvaluateTab:
                                              data_dir, max_turns, progress)
         except inputs.InputError as err:
             raise gr.Error(str(err)) from None
-        return {self.summary: summary, self.table: table}
+        return {self.summary: summary,
+                self.table: gr.update(value=table, visible=not table.empty)}
 
     def wire(self) -> None:
         self.start.click(self.run, [self.model, self.dataset, self.sample, self.seed,
