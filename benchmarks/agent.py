@@ -1,6 +1,6 @@
 """Benchmark the agent loop on CPU with tiny Qwen2 models (built into a temporary directory).
 
-    python benchmarks/agent.py [--questions 32] [--max-turns 4] [--max-new-tokens 64]
+    python -m benchmarks.agent [--questions 32] [--max-turns 4] [--max-new-tokens 64]
                                [--models random,scripted] [--threads 1]
 
 Seconds per question, the same questions for every configuration:
@@ -37,9 +37,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
-# evaluator.py would hide the packages of those names: the checkout's root takes its place.
-sys.path[0] = str(ROOT)
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -12,7 +12,7 @@
    MAX_POINTS vs every point drawn. Then a 0.24 MB parquet that expands to
    448 MB: peak RSS of the guarded reader vs `pandas.read_parquet`.
 
-Run: python benchmarks/curves.py [--memory] [--log-mb 190]
+Run: python -m benchmarks.curves [--memory] [--log-mb 190]
 """
 
 from __future__ import annotations
@@ -29,15 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
-# evaluator.py would hide the packages of those names: the checkout's root takes its place.
-sys.path[0] = str(Path(__file__).resolve().parents[1])
-
-from curves.analysis import analyse_run  # noqa: E402
-from curves.parse import read_log  # noqa: E402
-from curves.plots import build_panels  # noqa: E402
-from curves.runs import make_run  # noqa: E402
-from curves.synthetic import synthetic_run  # noqa: E402
+from curves.analysis import analyse_run
+from curves.parse import read_log
+from curves.plots import build_panels
+from curves.runs import make_run
+from curves.synthetic import synthetic_run
 
 TOTAL_LINES = 200_000
 STEP_EVERY = 10  # one step line per 10 lines: 20k step lines

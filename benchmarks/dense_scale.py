@@ -2,8 +2,8 @@
 memory-mapped, IVF-SQ8, IVF-PQ, IVF-PQ re-ranked against the mapped flat, and HNSW, on
 synthetic clustered 768-d unit vectors; then each extrapolated to wiki-18's 21,015,324.
 
-    python benchmarks/dense_scale.py                         # 100k (a few minutes)
-    python benchmarks/dense_scale.py --sizes 100000,1000000  # and 1M (needs ~8 GB, longer)
+    python -m benchmarks.dense_scale                         # 100k (a few minutes)
+    python -m benchmarks.dense_scale --sizes 100000,1000000  # and 1M (needs ~8 GB, longer)
 
 Measured per size: build time (from the flat index, no re-encoding), file size, resident
 memory while serving (anonymous = what the process must hold; file = mapped pages the OS
@@ -16,14 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from retriever import faiss_index
 

@@ -1,9 +1,9 @@
 """Benchmark the evaluator: questions per minute, tiny Qwen2 models on CPU, default corpus.
 
-    python benchmarks/evaluator.py [--questions 64] [--batch-size 16] [--max-turns 4]
+    python -m benchmarks.evaluator [--questions 64] [--batch-size 16] [--max-turns 4]
                                    [--max-new-tokens 64] [--models random,scripted]
-    python benchmarks/evaluator.py --model assets/nano-agent --questions 64 --max-new-tokens 500
-    python benchmarks/evaluator.py --model assets/nano-agent --device cuda --questions 256 \
+    python -m benchmarks.evaluator --model assets/nano-agent --questions 64 --max-new-tokens 500
+    python -m benchmarks.evaluator --model assets/nano-agent --device cuda --questions 256 \
         --batch-size 64 --max-new-tokens 500
 
 
@@ -36,9 +36,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
-# evaluator.py would hide the packages of those names: the checkout's root takes its place.
-sys.path[0] = str(ROOT)
 
 from agent.loop import AgentSettings  # noqa: E402  (light: no torch, no transformers)
 

@@ -1,6 +1,6 @@
 """Benchmark the retriever on the default embedded corpus (~10k Wikipedia summaries).
 
-    python benchmarks/retrieval.py [--queries 1000] [--jit-warmup 10000]
+    python -m benchmarks.retrieval [--queries 1000] [--jit-warmup 10000]
                                    [--warmup 3] [--rounds 3]
                                    [--clients 50] [--seconds 30]
                                    [--engines lucene,bm25s,dense] [--dense-docs 1000]
@@ -42,9 +42,6 @@ import httpx
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
-# evaluator.py would hide the packages of those names: the checkout's root takes its place.
-sys.path[0] = str(ROOT)
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,6 +1,6 @@
 """Benchmark one GRPO/LLDS training step on CPU, split into its phases.
 
-    python benchmarks/rl.py [--model PATH] [--steps 3] [--batch-questions 4] [--group-size 5]
+    python -m benchmarks.rl [--model PATH] [--steps 3] [--batch-questions 4] [--group-size 5]
                             [--max-new-tokens 64] [--threads 2]
 
 Without --model it builds the tests' `small-search` model (random Qwen2 weights, ~10M
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

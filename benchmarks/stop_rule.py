@@ -1,8 +1,8 @@
 """What Search-R1's stop rule costs: generated tokens with and without an early `</answer>` stop.
 
-    python benchmarks/stop_rule.py                          # tiny models built here (CPU)
-    python benchmarks/stop_rule.py --model PATH_OR_HUB_ID   # any causal LM, e.g. the nano agent
-    python benchmarks/stop_rule.py --model M --questions 64 --max-new-tokens 500 --device cuda
+    python -m benchmarks.stop_rule                          # tiny models built here (CPU)
+    python -m benchmarks.stop_rule --model PATH_OR_HUB_ID   # any causal LM, e.g. the nano agent
+    python -m benchmarks.stop_rule --model M --questions 64 --max-new-tokens 500 --device cuda
 
 Search-R1 generates each turn to EOS or the budget and cuts afterwards; the project now
 stops early only at `</search>` (which cannot change the cut) and generates on past
@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[0] = str(ROOT)  # run as a script: the checkout's packages, not benchmarks/*.py
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,7 +1,7 @@
 """Answers with no model: what a question-answering benchmark gives away to retrieval alone.
 
-    python benchmarks/title_rule.py                    # naturalqa dev, naturalqa test, vitalqa
-    python benchmarks/title_rule.py --files a.jsonl b.jsonl [--json OUT]
+    python -m benchmarks.title_rule                    # naturalqa dev, naturalqa test, vitalqa
+    python -m benchmarks.title_rule --files a.jsonl b.jsonl [--json OUT]
 
 Each question is searched once, word for word, with in-process BM25 (bm25s) on the embedded
 corpus, and each rule reads only the top-1 document (also printed: how often the record's
@@ -24,14 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if __name__ == "__main__":
-    sys.path[0] = str(ROOT)  # run as a script: the checkout's packages, not benchmarks/*.py
 
 from evaluator.benchmarks import Question, question_from_record, read_data_file  # noqa: E402
 from evaluator.metrics import exact_match, normalize_answer  # noqa: E402

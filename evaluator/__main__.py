@@ -17,7 +17,13 @@ from agent.config import (
     make_retriever,
     retriever_label,
 )
-from evaluator.benchmarks import BENCHMARK_NAMES, DataError, load_with_warnings, resolve_names
+from evaluator.benchmarks import (
+    BENCHMARK_NAMES,
+    LOCAL_BENCHMARKS,
+    DataError,
+    load_with_warnings,
+    resolve_names,
+)
 from evaluator.runner import DEFAULT_MAX_CONSECUTIVE_ERRORS
 
 
@@ -41,8 +47,11 @@ def _run_parser() -> argparse.ArgumentParser:
         description="Score a search agent on the Search-R1 benchmarks (exact Search-R1 "
                     "protocol). Subcommands: `report RUN [RUN...]`, `show RUN --dataset D`.")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--all", action="store_true", help="all seven benchmarks")
-    which.add_argument("--datasets", help=f"comma-separated, from {','.join(BENCHMARK_NAMES)}")
+    which.add_argument("--all", action="store_true",
+                       help="the paper's seven benchmarks (from the Hub or --data-dir)")
+    which.add_argument("--datasets",
+                       help=f"comma-separated, from {','.join(BENCHMARK_NAMES)}; offline, with "
+                            f"no --data-dir: the shipped {', '.join(LOCAL_BENCHMARKS)}")
     pick = parser.add_mutually_exclusive_group()
     pick.add_argument("--limit", type=_at_least(1),
                       help="first N questions (FlashRAG uses 1000)")

@@ -51,6 +51,7 @@ BENCHMARK_NAMES = tuple(BENCHMARKS)
 # questions on the embedded corpus. Not part of --all, which means the paper's seven.
 LOCAL_BENCHMARKS: dict[str, Path] = {
     "vitalqa": Path(__file__).resolve().parent.parent / "assets",
+    "naturalqa": Path(__file__).resolve().parent.parent / "assets",
 }
 IN_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if b.in_domain)
 OUT_OF_DOMAIN = tuple(b.name for b in BENCHMARKS.values() if not b.in_domain)
@@ -78,7 +79,8 @@ def where_to_put_files(name: str) -> str:
     return (
         f"Put the FlashRAG file at DIR/{name}/{split}.jsonl (or DIR/{name}.jsonl; .json and "
         f".parquet also work; records with id, question, golden_answers) and pass "
-        f"--data-dir DIR, or pass --merged-parquet PATH to Search-R1's merged test.parquet."
+        f"--data-dir DIR, or pass --merged-parquet PATH to Search-R1's merged test.parquet. "
+        f"The sets shipped with the studio need neither: --datasets {','.join(LOCAL_BENCHMARKS)}."
     )
 
 

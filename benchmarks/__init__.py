@@ -1,0 +1,1 @@
+"""Performance scripts: `python -m benchmarks.<name>` from the checkout root."""
