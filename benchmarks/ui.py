@@ -6,7 +6,7 @@ timestamps each streamed update. Goal: client rate >= 95% of the backend's, and 
 token on the client < 200 ms after the backend emitted it ("first-token ms"; "submit→seen"
 adds the client's connect and queue join).
 
-    python benchmarks/ui.py [--tokens 300] [--rates 50,200]
+    python -m benchmarks.ui [--tokens 300] [--rates 50,200]
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, Python puts benchmarks/ first on sys.path, where agent.py, curves.py and
-# evaluator.py would hide the packages of those names: the checkout's root takes its place.
-sys.path[0] = str(ROOT)
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
