@@ -33,14 +33,9 @@ def test_app_starts_and_reports_an_unloadable_model_in_the_page():
 
 
 def test_app_takes_the_shared_model_and_retriever_flags(monkeypatch):
-    import importlib.util
 
+    import app.__main__ as studio_main
     from agent.config import DEFAULT_BASE_URL, BackendOptions, backend_options, retriever_label
-    from agent.testing import ROOT
-
-    spec = importlib.util.spec_from_file_location("studio_main", ROOT / "app.py")
-    studio_main = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(studio_main)
     monkeypatch.setenv("LLDS_TOKENIZER", "/models/tokenizer")
     args = studio_main.parse_args(["--backend", "openai", "--trust-remote-code",
                                    "--engine", "bm25s"])

@@ -135,17 +135,13 @@ def test_the_shipped_registry_describes_the_nano_models_honestly():
 
 def test_every_front_end_takes_the_rule(registry_with, tiny_models, monkeypatch):
     """app.py, app.infer and the evaluator build their --model from the same flag group."""
-    import importlib.util
 
-    from agent.testing import ROOT
     from evaluator.__main__ import _run_parser
 
     registry_with({NANO: tiny_models["scripted"]})
     monkeypatch.delenv("LLDS_MODEL", raising=False)
     monkeypatch.setattr(models, "has_gpu", lambda: False)
-    spec = importlib.util.spec_from_file_location("studio_main", ROOT / "app.py")
-    studio_main = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(studio_main)
+    import app.__main__ as studio_main
     assert studio_main.parse_args([]).model == NANO
     assert _run_parser().parse_args(["--datasets", "nq"]).model == NANO
     assert _run_parser().parse_args(["--model", "org/x"]).model == "org/x"

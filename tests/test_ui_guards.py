@@ -9,7 +9,6 @@ retriever the real in-process bm25s one.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import tempfile
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent.backends.base import ModelLoadError
-from agent.testing import ROOT, free_port
+from agent.testing import free_port
 from app.ui.access import Access, is_loopback
 from app.ui.context import Studio
 from app.ui.evaluate_tab import evaluate_sample, incomplete_note, run_dir_for
@@ -31,10 +30,9 @@ REGISTERED = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
 
 
 def load_app_module():
-    spec = importlib.util.spec_from_file_location("studio_main", ROOT / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import app.__main__ as studio_main
+
+    return studio_main
 
 
 class Factory:

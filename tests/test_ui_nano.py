@@ -73,10 +73,12 @@ def test_examples_file_round_trip_and_bad_files(tmp_path, tiny_models, monkeypat
     bench = write_benchmark(tmp_path / "test.jsonl", [
         {"id": "a", "question": "who directed it", "golden_answers": [said]}])
     out = tmp_path / "ask_examples.json"
+    monkeypatch.chdir(tmp_path)  # a benchmark named relative to where it is run
     code = examples_module.main(["--model", str(tiny_models["scripted"]), "--benchmark",
-                                 str(bench), "--out", str(out), "--engine", "bm25s",
+                                 bench.name, "--out", str(out), "--engine", "bm25s",
                                  "--max-obs-tokens", "4000"])
     assert code == 0 and load_examples(out) == ["who directed it"]
+    assert json.loads(out.read_text())["benchmark"] == str(bench)
     bad = write_benchmark(tmp_path / "none.jsonl", [
         {"id": "a", "question": "who", "golden_answers": ["nobody-says-this"]}])
     assert examples_module.main(["--model", str(tiny_models["scripted"]), "--benchmark",

@@ -40,6 +40,24 @@ def studio_url():
     stop_process(process)
 
 
+def test_compare_on_a_fresh_studio_loads_both_default_models_at_once(browser, studio_url):
+    """The first click of a fresh studio: the GRPO and LLDS nano models load side by side
+    (two loads at once, each in its own thread) and both answer."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
+    page.goto(studio_url)
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-button").click()
+    for side in ("a", "b"):
+        chat = page.locator(f"#compare-chat-{side}")
+        expect(chat).to_contain_text("Answer:", timeout=120_000)
+        expect(chat).not_to_contain_text("could not be loaded")
+    expect(page.locator("#compare-table")).to_contain_text("Searches")
+    page.screenshot(path=str(ARTIFACTS / "nano-compare.png"), full_page=True)
+    page.context.close()
+
+
 def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
     from playwright.sync_api import expect
 
@@ -48,9 +66,8 @@ def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
     page.goto(studio_url)
     page.locator("#ask-button").wait_for()
     expect(page.locator("#ask-model-info")).to_contain_text("Not an LLDS checkpoint")
-    page.locator("#ask-nano-examples button").first.click()  # the first example
+    page.locator("#ask-nano-examples button").first.click()  # the first example: asked
     expect(page.locator("#ask-question textarea")).to_have_value(example["question"])
-    page.locator("#ask-button").click()
     chat = page.locator("#ask-chat")
     expect(chat).to_contain_text("Search:", timeout=120_000)
     expect(chat).to_contain_text(f"Answer: {example['answer']}", timeout=120_000)

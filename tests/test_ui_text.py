@@ -85,3 +85,30 @@ def test_a_failed_load_is_tried_again():
     with pytest.raises(ModelLoadError, match="meta tensor"):
         pool.get("a/a")
     assert pool.get("a/a") is not None and pool.status("a/a")[0] == "ready"
+
+
+def test_start_up_warms_the_retriever_and_the_model_with_one_question(local_retriever):
+    from app.ui.model_pool import warm_up_model
+
+    class Counting:  # the real retriever, its searches counted
+        engine = True
+
+        def __init__(self):
+            self.queries = []
+
+        def search(self, queries, topk=3):
+            self.queries += queries
+            return local_retriever.search(queries, topk)
+
+    asked = []
+
+    def script(question: str, turn: int) -> str:
+        asked.append(question)
+        return ("<search> Kubrick </search>" if turn == 0
+                else "<answer> Stanley Kubrick </answer>")
+
+    retriever, pool = Counting(), ModelPool(lambda m: ScriptedBackend(script))
+    warm_up_model(pool, "a/a", retriever, "Who directed 2001?").join(30)
+    assert pool.is_loaded("a/a") and set(asked) == {"Who directed 2001?"}
+    assert retriever.queries[0] == "warm up" and "Kubrick" in retriever.queries
+    assert pool.hold("a/a", timeout=0.0)  # the warm-up gave its run slot back

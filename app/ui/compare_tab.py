@@ -57,13 +57,14 @@ class CompareTab:
                 with gr.Column():
                     self.models.append(studio.model_picker(default, f"Model {side.upper()}",
                                                            f"compare-model-{side}"))
-                    self.infos.append(gr.Markdown(studio.model_info(default),
-                                                  elem_id=f"compare-model-info-{side}"))
                     self.chats.append(gr.Chatbot(
                         label=f"Model {side.upper()}", height=480, allow_tags=False,
                         sanitize_html=True, group_consecutive_messages=False,
                         feedback_options=None, elem_id=f"compare-chat-{side}"))
                     self.stats.append(gr.Markdown("", elem_id=f"compare-stats-{side}"))
+                    # Below the chat, so the two chats line up whatever the text's length.
+                    self.infos.append(gr.Markdown(studio.model_info(default),
+                                                  elem_id=f"compare-model-info-{side}"))
         self.table = gr.Markdown("", elem_id="compare-table")
         gr.Markdown(fold.ATTRIBUTION)
 

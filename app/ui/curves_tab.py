@@ -28,7 +28,7 @@ PHASE_RULE_NOTE = (
     "{segment} logged steps, far outside the noise); a shorter or noisier fall reads "
     "\"no sustained likelihood decline\" there.")
 # The summary columns shown, and their headings here (the rest are in curves' CSV export).
-SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "steps",
+SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
                 "likelihood change peak→end": "likelihood change peak→end",
                 "steady decay onset (II)": "decay onset (II)",

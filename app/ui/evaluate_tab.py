@@ -39,6 +39,7 @@ MAX_TURNS = 8
 log = logging.getLogger(__name__)
 
 
+NO_RUN_YET = "_No run yet: pick a model and a benchmark, then press Evaluate._"
 # The table's columns: the question wraps in its share, the short ones stay whole.
 TABLE_WIDTHS = ["34%", "20%", "22%", "6%", "8%", "10%"]
 UI_DATA_HELP = (
@@ -212,7 +213,8 @@ class EvaluateTab:
                                    visible=not studio.access.restricted,
                                    elem_id="eval-data-dir")
         self.start = gr.Button("Evaluate", variant="primary", elem_id="eval-button")
-        self.summary = gr.Markdown(elem_id="eval-summary")
+        # Not empty: the progress bar shows over it while a run goes.
+        self.summary = gr.Markdown(NO_RUN_YET, elem_id="eval-summary", min_height=60)
         # Hidden until there are results (an empty table shows placeholder headers).
         self.table = gr.Dataframe(wrap=True, visible=False, interactive=False,
                                   column_widths=TABLE_WIDTHS, elem_id="eval-table")

@@ -101,10 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.model} answered none of {asked} questions right; nothing "
               "written.", file=sys.stderr)
         return 1
+    benchmark = args.benchmark.resolve()
     payload = {"note": f"Held-out questions {args.model} answers right (greedy, exact "
                        f"match; {right} of {asked}); written by python -m app.ui.examples.",
-               "model": args.model, "benchmark": str(args.benchmark.relative_to(ROOT))
-               if args.benchmark.resolve().is_relative_to(ROOT) else str(args.benchmark),
+               "model": args.model, "benchmark": str(benchmark.relative_to(ROOT))
+               if benchmark.is_relative_to(ROOT) else str(benchmark),
                "examples": examples}
     args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n",
                         encoding="utf-8")

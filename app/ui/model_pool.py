@@ -34,17 +34,49 @@ class ModelStatus:
     seconds: float = 0.0
 
 
-def warm_up(retriever) -> threading.Thread:
-    """Open an in-process engine in the background, so the first question doesn't wait."""
-    def work() -> None:
-        try:
-            _ = retriever.engine
-        except Exception:  # the first search reports it to the user
-            pass
+WARM_UP_QUERY = "warm up"
 
-    thread = threading.Thread(target=work, name="retriever-warm-up", daemon=True)
+
+def _warm_retriever(retriever) -> None:
+    try:
+        retriever.search([WARM_UP_QUERY], 1)  # opens the engine and runs its first search
+    except Exception:  # the first real search reports it to the user
+        pass
+
+
+def warm_up(retriever) -> threading.Thread:
+    """Open an in-process engine and run one search in the background, so the first
+    question doesn't wait for the index (or, for Lucene, the JVM) to start."""
+    thread = threading.Thread(target=_warm_retriever, args=(retriever,),
+                              name="retriever-warm-up", daemon=True)
     if hasattr(retriever, "engine"):
         thread.start()
+    return thread
+
+
+def warm_up_model(pool: ModelPool, model: str, retriever, question: str) -> threading.Thread:
+    """In the background: warm the retriever, load `model` into the pool and run the agent
+    once on `question`, so a visitor's first question is as fast as later ones. A visitor
+    who asks meanwhile waits for the model as for any other run (the page says so); a
+    failed load is left for that visitor's question to report (the pool keeps no
+    failures)."""
+    def work() -> None:
+        # The run slot first: a question asked meanwhile waits for the warm model instead
+        # of being the cold first run itself.
+        pool.hold(model)
+        try:
+            if hasattr(retriever, "engine"):
+                _warm_retriever(retriever)
+            backend = pool.get(model)
+            for _ in run_agent(question, backend, retriever, AgentSettings()):
+                pass
+        except Exception:  # ModelLoadError included: the visitor's question reports it
+            pass
+        finally:
+            pool.release(model)
+
+    thread = threading.Thread(target=work, name="model-warm-up", daemon=True)
+    thread.start()
     return thread
 
 

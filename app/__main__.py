@@ -1,0 +1,89 @@
+"""Start the studio: `python -m app` (or `python app.py`, or the `llds-studio` command)
+`[--model ID|PATH|nano] [--retriever-url URL] [--port 7860]`.
+
+The model and retriever flags are `agent.config`'s, as for `python -m app.infer` and the
+evaluator; every flag has an environment fallback (for Hugging Face Spaces, which set
+GRADIO_SERVER_NAME themselves to listen on all interfaces). With no flags: the in-process
+BM25 retriever over the embedded corpus, 127.0.0.1:7860, and the default model of
+`agent.models.default_model` (the flagship where a GPU and the checkpoint are at hand, else
+the nano agent). At start the retriever runs one search, and a nano default model is loaded
+and asked one question, while the page loads, so a visitor's first question is not the
+slow one (`--no-warm-up` skips this).
+
+Bound beyond loopback (`--host 0.0.0.0`) or with `--share`, visitors may load only the
+registry's models and those named here, and no server paths (`app.ui.access`), unless
+`--allow-local-paths`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from agent.config import add_model_flags, add_retriever_flags, env
+
+
+def _on(name: str) -> bool:
+    return (env(name) or "").lower() in ("1", "true", "yes")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="LLDS Search-Agent Studio (Gradio).")
+    add_model_flags(parser)
+    add_retriever_flags(parser)
+    group = parser.add_argument_group("studio")
+    group.add_argument("--baseline", default=env("LLDS_BASELINE"),
+                       help="Compare tab's model A (B is --model); default: beside the nano "
+                            "agent its GRPO and LLDS versions side by side, else the Search-R1 "
+                            "PPO baseline (env LLDS_BASELINE)")
+    group.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
+    group.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
+    group.add_argument("--share", action="store_true", default=_on("LLDS_SHARE"),
+                       help="a public Gradio share link (env LLDS_SHARE)")
+    group.add_argument("--allow-local-paths", action="store_true",
+                       default=_on("LLDS_ALLOW_LOCAL_PATHS"),
+                       help="when bound beyond loopback or shared, still let visitors load "
+                            "any model (a directory on this server or any hub repo) and read "
+                            "any data directory; RISK: anyone who reaches the page can then "
+                            "read datasets on this machine and fill its disk and memory "
+                            "(env LLDS_ALLOW_LOCAL_PATHS)")
+    group.add_argument("--concurrency", type=int, default=int(env("LLDS_CONCURRENCY", "4")),
+                       help="runs the queue serves at once (env LLDS_CONCURRENCY)")
+    group.add_argument("--no-warm-up", action="store_true",
+                       help="don't warm the retriever (and a nano default model) at start")
+    return parser.parse_args(argv)
+
+
+def studio_plan(args: argparse.Namespace):
+    """(the Compare tab's pair (A, B), the access policy) that the flags ask for."""
+    from agent.models import default_pair
+    from app.ui.access import Access
+
+    pair = (args.baseline, args.model) if args.baseline else default_pair(args.model)
+    access = Access.for_launch(args.host, args.share, args.allow_local_paths,
+                               named=(args.model, *pair))
+    return pair, access
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from agent.config import backend_options, make_retriever
+    from agent.models import is_nano
+    from app.ui import build_app, launch_options
+    from app.ui.model_pool import warm_up, warm_up_model
+
+    pair, access = studio_plan(args)
+    retriever = make_retriever(args)
+    demo = build_app(backend_options(args).load, retriever, default_model=args.model,
+                     baseline_model=pair[0], concurrency=args.concurrency,
+                     access=access, compare_pair=pair)
+    if not args.no_warm_up:  # while the page loads
+        studio = demo.studio  # type: ignore[attr-defined]
+        if is_nano(args.model):  # small enough to load and run at once, on a CPU
+            warm_up_model(studio.pool, args.model, retriever, studio.first_example())
+        else:
+            warm_up(retriever)
+    demo.launch(**launch_options(args.host, args.port, args.share))
+
+
+if __name__ == "__main__":
+    main()
