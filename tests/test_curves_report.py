@@ -149,6 +149,7 @@ def test_cli_writes_report_and_prints_summary(uploads, tmp_path):
     assert out.exists() and "Plotly.newPlot" in out.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_cli_bad_file_exits_nonzero_without_traceback(uploads, tmp_path):
     proc = _cli(str(uploads["bad"]), "--out", str(tmp_path / "r.html"))
     assert proc.returncode == 1

@@ -107,6 +107,7 @@ def _cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, **kwargs)
 
 
+@pytest.mark.slow
 def test_cli_with_the_tiny_real_model_resumes_after_a_kill(tmp_path, tiny_models):
     data = write_fixture(tmp_path / "data", n_copies=6)  # 24 questions
     out = tmp_path / "runs" / "tiny"
@@ -144,6 +145,7 @@ def test_cli_with_the_tiny_real_model_resumes_after_a_kill(tmp_path, tiny_models
     assert show.returncode == 0
 
 
+@pytest.mark.slow
 def test_cli_errors_are_clear(tmp_path):
     assert "--all or --datasets" in _cli().stderr
     offline = _cli("--datasets", "bamboogle", "--model", "x/y", env={

@@ -71,6 +71,7 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path):
     assert _tree(out) == before
 
 
+@pytest.mark.slow
 def test_overwrite_waits_for_the_model_and_removes_only_the_evaluators_files(tmp_path):
     out = tmp_path / "run"
     prepare_run_dir(out, run_settings("old-model", "transformers", "bm25:default",
@@ -160,6 +161,7 @@ def test_bad_data_through_the_cli_is_exit_2_without_traceback(tmp_path):
 @pytest.mark.parametrize("flags", [["--topk", "0"], ["--max-turns", "-1"], ["--limit", "-1"],
                                    ["--sample", "-5"], ["--batch-size", "0"],
                                    ["--max-consecutive-errors", "-3"]])
+@pytest.mark.slow
 def test_nonsense_values_stop_at_parsing(tmp_path, flags):
     done = _cli("--datasets", "nq", "--data-dir", str(tmp_path), *flags)
     assert done.returncode == 2 and "Traceback" not in done.stderr
@@ -317,6 +319,7 @@ def _retriever_that_answers_once() -> str:
     return f"http://127.0.0.1:{server.server_address[1]}/retrieve"
 
 
+@pytest.mark.slow
 def test_outage_through_the_cli_exits_non_zero_with_an_incomplete_summary(tmp_path,
                                                                           tiny_models):
     """A retriever that goes down after the start-up check, and --limit 8: exit 1 and a
@@ -343,6 +346,7 @@ def test_outage_through_the_cli_exits_non_zero_with_an_incomplete_summary(tmp_pa
     assert len(load_run(out).records["nq"]) == 3
 
 
+@pytest.mark.slow
 def test_limit_over_the_set_size_is_complete(tmp_path, tiny_models):
     """FlashRAG's quick-start nq/test.jsonl has 17 questions: --limit 20 gives 17/17,
     complete, not 17/20 and partial."""

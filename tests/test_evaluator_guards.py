@@ -179,6 +179,7 @@ def test_the_lock_file_alone_does_not_make_a_directory_foreign(tmp_path):
 # ---------------------------------------------------------------------------- questions
 
 
+@pytest.mark.slow
 def test_a_question_that_cannot_be_encoded_is_an_error_for_that_question_only(
         tmp_path, tiny_models):
     data = tmp_path / "D" / "nq"
@@ -237,6 +238,7 @@ def test_a_full_disk_is_a_message_that_keeps_what_was_written(tmp_path, local_re
     assert len(load_run(tmp_path).records["nq"]) == 4
 
 
+@pytest.mark.slow
 def test_a_full_disk_through_the_cli_is_exit_1_with_the_message(tmp_path, tiny_models,
                                                                 monkeypatch, capsys):
     from evaluator import runner

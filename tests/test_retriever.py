@@ -48,6 +48,7 @@ def test_user_corpus_paths(tmp_path):
         load_records(bad)
 
 
+@pytest.mark.slow
 def test_prebuilt_names_and_paths_are_told_apart(tmp_path):
     assert not looks_like_path("wikipedia-dpr-100w")
     assert looks_like_path(str(tmp_path))

@@ -206,6 +206,7 @@ def test_an_existing_run_is_refused_without_resume_and_continued_with_it(micro_r
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.slow
 def test_cli_refuses_missing_inputs_with_the_way_out():
     done = _run_cli(["--method", "grpo"])
     assert done.returncode == 2 and "--model is required" in done.stderr
