@@ -13,6 +13,7 @@ from nano.data import (
     benchmark_path,
     benchmark_question,
     benchmark_questions,
+    benchmark_support,
     build_questions,
     read_human,
     write_benchmark,
@@ -27,7 +28,9 @@ from retriever.corpus import load_records, resolve_corpus
 HUMAN_QUESTIONS = Path(__file__).with_name("vitalqa_human.jsonl")
 # Training copies (phrasings) per question family: the span and two-hop families are rarer
 # in the corpus and harder to learn, so they get more phrasings.
-COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3}
+COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3, "read": 3}
+ROOT = Path(__file__).resolve().parent.parent
+TITLE_FAMILIES = ("definition", "description")  # their answer is the article's title
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,13 @@ class DataConfig:
     corpus: str = option("default", "the corpus the questions and documents come from")
     engine: str = option("bm25", "retrieval engine the teacher searches with")
     vocab_size: int = option(4096, "BPE vocabulary size")
+    tokenizer: Path | None = option(None, "use the tokenizer saved in DIR (a model's, to "
+                                          "fine-tune it) instead of training one")
+    exclude_support: Path | None = option(
+        ROOT / "assets" / "naturalqa", "no training question about an article that a "
+        "question in DIR/*.jsonl is answered from (metadata.support)")
+    title_share: float = option(0.4, "at most this share of the training mix has the title "
+                                     "as its answer (definition and description runs)")
     limit: int | None = option(None, "at most this many training questions")
     trajectories: bool = option(True, "write the training trajectories (--no-trajectories: "
                                       "only the tokenizer and the benchmark file)")
@@ -48,6 +58,15 @@ class DataConfig:
                              "byte alphabet, the special tokens and merges).")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
+        if not 0 < self.title_share < 1:
+            raise ValueError(f"--title-share is {self.title_share}; give a fraction between "
+                             "0 and 1.")
+        if self.tokenizer is not None and not (self.tokenizer / "tokenizer.json").is_file():
+            raise ValueError(f"--tokenizer {self.tokenizer}: no tokenizer.json there; pass a "
+                             "model or tokenizer directory.")
+        if self.exclude_support is not None and not self.exclude_support.is_dir():
+            raise ValueError(f"--exclude-support {self.exclude_support} is not a directory; "
+                             "pass the folder of a benchmark's .jsonl files.")
         if self.out.exists() and not self.out.is_dir():
             raise ValueError(f"--out {self.out} is a file; pass a directory.")
 
@@ -68,10 +87,17 @@ def build_data(config: DataConfig, log=print) -> dict:
     start = time.perf_counter()
     records = load_records(resolve_corpus(config.corpus))
     config.out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(records, config.vocab_size)
+    if config.tokenizer is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer))
+    else:
+        tokenizer = build_tokenizer(records, config.vocab_size)
     tokenizer.save_pretrained(str(config.out / "tokenizer"))
-    train, held = build_questions(records, max(COPIES.values()))
-    summary: dict = {"articles": len(records)}
+    excluded = (benchmark_support(config.exclude_support) if config.exclude_support
+                else frozenset())
+    train, held = build_questions(records, max(COPIES.values()), excluded)
+    summary: dict = {"articles": len(records), "excluded_articles": len(excluded)}
     if config.benchmark is not None:
         questions = [benchmark_question(q) for q in benchmark_questions(held)]
         path = benchmark_path(config.benchmark)
@@ -93,7 +119,8 @@ def build_data(config: DataConfig, log=print) -> dict:
             searches[record["searches"]] += 1
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
     tmp.replace(config.out / "train.jsonl")
-    mixed = write_mix(config.out / "train.jsonl", config.out / "train_mix.jsonl")
+    mixed = write_mix(config.out / "train.jsonl", config.out / "train_mix.jsonl",
+                      title_share=config.title_share)
     summary.update(questions=len(selected), trajectories=dict(families),
                    searches=dict(searches), mix=mixed,
                    seconds=round(time.perf_counter() - start, 1))
@@ -102,22 +129,25 @@ def build_data(config: DataConfig, log=print) -> dict:
     return summary
 
 
-# The shipped model's training mix: every span, two-hop and description trajectory and the
-# first MIX_DEFINITIONS definition ones (the most common and easiest family), shuffled.
-MIX_DEFINITIONS = 5000
-
-
-def write_mix(source: Path, target: Path, definitions: int = MIX_DEFINITIONS,
-              seed: int = 0) -> int:
+def write_mix(source: Path, target: Path, title_share: float = 0.4, seed: int = 0) -> dict:
+    """The training mix: every run whose answer is a span (span, two-hop, read), and title
+    runs (description first, then definition, the most common and easiest family) up to
+    `title_share` of the whole, shuffled. Returns the count per family."""
     import random
 
     by_family: dict[str, list[str]] = {}
     with source.open(encoding="utf-8") as lines:
         for line in lines:
             by_family.setdefault(json.loads(line)["family"], []).append(line)
-    keep = [line for family in ("span", "twohop", "description")
-            for line in by_family.get(family, [])]
-    keep += by_family.get("definition", [])[:definitions]
+    keep = [line for family, runs in by_family.items() if family not in TITLE_FAMILIES
+            for line in runs]
+    budget = int(title_share / (1 - title_share) * len(keep))
+    counts = Counter({family: len(runs) for family, runs in by_family.items()
+                      if family not in TITLE_FAMILIES})
+    descriptions = by_family.get("description", [])[:budget // 2]
+    definitions = by_family.get("definition", [])[:budget - len(descriptions)]
+    counts.update(description=len(descriptions), definition=len(definitions))
+    keep += descriptions + definitions
     random.Random(seed).shuffle(keep)
     target.write_text("".join(keep), encoding="utf-8")
-    return len(keep)
+    return dict(counts)

@@ -21,11 +21,13 @@ from nano.questions import (
     Article,
     GeneratedQuestion,
     articles_from_records,
+    cloze_questions,
     definition_question,
     description_of,
     description_question,
     held_out,
     phrase,
+    reading_facts,
     reformulations_for,
     span_facts,
     stable_int,
@@ -33,6 +35,7 @@ from nano.questions import (
 
 BENCHMARK_NAME = "vitalqa"  # the evaluator knows it by this name (LOCAL_BENCHMARKS)
 # Held-out questions per family in the benchmark (the rest of the held-out pool is unused).
+CLOZE_COPIES = 2
 BENCHMARK_CAPS = {"definition": 120, "description": 100, "span": 120, "twohop": 60}
 
 
@@ -74,17 +77,53 @@ def questions_for(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
     return out
 
 
-def build_questions(records: list[dict], train_copies: int = 2
+def reading_questions(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
+    """The `read` family: a span of the text that is not the title, asked a different way in
+    each copy (`reading_facts`' templates in turn), and `cloze_questions` as they stand, at
+    most CLOZE_COPIES times (they vary only in case and "?", and outnumber the rest)."""
+    out: list[GeneratedQuestion] = []
+    for n, (relation, templates, answer) in enumerate(reading_facts(article)):
+        first = stable_int(f"template:{article.id}:{relation}")
+        for copy in range(copies):
+            text = templates[(first + copy) % len(templates)].format(s=article.name)
+            out.append(GeneratedQuestion(
+                f"read-{article.id}-{n}-{copy}", phrase(text, _rng(f"pr{n}:{article.id}:{copy}")),
+                (answer,), "read", (article.title,), relation,
+                reformulations=reformulations_for(text, article.name)))
+    for n, (relation, text, answer) in enumerate(cloze_questions(article)):
+        for copy in range(min(copies, CLOZE_COPIES)):
+            out.append(GeneratedQuestion(
+                f"read-{article.id}-c{n}-{copy}", phrase(text, _rng(f"pc{n}:{article.id}:{copy}")),
+                (answer,), "read", (article.title,), relation,
+                reformulations=reformulations_for(text, article.name)))
+    return out
+
+
+def build_questions(records: list[dict], train_copies: int = 2,
+                    exclude: frozenset[str] = frozenset()
                     ) -> tuple[list[GeneratedQuestion], list[GeneratedQuestion]]:
-    """(training questions, held-out pool): no held-out article in any training question."""
+    """(training questions, held-out pool): no held-out article in any training question,
+    and no article titled in `exclude` (another benchmark's supporting articles) in training."""
     articles = articles_from_records(records)
     train, held = [], []
     for article in articles:
         if held_out(article.title):
             held.extend(questions_for(article, 1))
-        else:
+        elif article.title not in exclude:
             train.extend(questions_for(article, train_copies))
+            train.extend(reading_questions(article, train_copies))
     return train, held
+
+
+def benchmark_support(directory: Path) -> frozenset[str]:
+    """The titles a benchmark's questions are answered from (`metadata.support` of every
+    record in DIR/*.jsonl), kept out of the training questions."""
+    titles = set()
+    for path in sorted(directory.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip() and (support := json.loads(line).get("metadata", {}).get("support")):
+                titles.add(support)
+    return frozenset(titles)
 
 
 def benchmark_questions(held: list[GeneratedQuestion]) -> list[GeneratedQuestion]:

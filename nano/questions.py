@@ -252,3 +252,154 @@ def reformulations_for(question: str, subject: str | None = None) -> tuple[str, 
         out.append(" ".join(words[:5]))
         out.append(" ".join(words[-5:]))
     return tuple(dict.fromkeys(q for q in out if q and q.lower() != question.lower()))
+
+
+# ------------------------------------------------------------------- reading family
+# Questions whose answer is a span of the article's text and never its title, phrased the
+# many ways people ask: question word first or not, "X capital", "the author of Y".
+
+_LOWER = r"([a-z][a-z-]+(?: [a-z][a-z-]+){0,2}?)(?=[,.;(]| and | or | with | in |$)"
+_READ_PATTERNS: dict[str, re.Pattern] = {
+    "capital": re.compile(r"\b[Cc]apital(?: city)?(?: and (?:the )?largest city)? is " + _NAME),
+    "largest_city": re.compile(r"\b[Ll]argest city is " + _NAME),
+    "language": re.compile(r"\b[Oo]fficial languages? (?:is|are) " + _NAME),
+    "currency": re.compile(r"\b[Cc]urrency is the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)"),
+    "located": re.compile(r"\b(?:located|situated|headquartered|based) in (?:the )?" + _NAME),
+    "born": re.compile(r"\bborn in " + _NAME),
+    "native": re.compile(r"\bnative to (?:the )?" + _NAME),
+    "flows": re.compile(r"\b(?:flows|empties|drains) into (?:the )?" + _NAME),
+    "named": re.compile(r"\bnamed (?:after|for) (?:the )?" + _NAME),
+    "led": re.compile(r"\bled by " + _NAME),
+    "member": re.compile(r"\bmember of the " + _NAME),
+    "spoken": re.compile(r"\bspoken (?:mainly |primarily |chiefly |mostly )?in (?:the )?" + _NAME),
+    "made_of": re.compile(r"\b(?:made|composed|built|constructed) (?:of|from) (?:the )?" + _LOWER),
+    "caused": re.compile(r"\bcaused by (?:a |an |the )?" + _LOWER),
+}
+_READ_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "capital": ("what is the capital of {s}", "capital of {s}", "{s} capital",
+                "{s}'s capital city", "which city is the capital of {s}",
+                "the capital city of {s} is what"),
+    "largest_city": ("what is the largest city in {s}", "largest city of {s}",
+                     "{s} largest city", "which is the biggest city in {s}"),
+    "language": ("what is the official language of {s}", "official language of {s}",
+                 "{s} official language", "what language is official in {s}"),
+    "currency": ("what currency does {s} use", "currency of {s}", "{s} currency",
+                 "what is the currency of {s}"),
+    "located": ("where is {s}", "where is {s} located", "{s} location", "{s} is located where",
+                "in which place is {s}"),
+    "born": ("where was {s} born", "{s} birthplace", "{s} was born where",
+             "what is the birthplace of {s}"),
+    "native": ("where is {s} native to", "{s} is native to where", "{s} native range",
+               "where does {s} come from"),
+    "flows": ("where does {s} flow into", "{s} flows into what", "what does {s} empty into",
+              "{s} drains into which"),
+    "named": ("what is {s} named after", "{s} was named after whom", "who is {s} named for",
+              "{s} name origin"),
+    "led": ("who led {s}", "{s} was led by whom", "leader of {s}", "who was the leader of {s}"),
+    "member": ("{s} is a member of what", "what is {s} a member of", "{s} member of which"),
+    "spoken": ("where is {s} spoken", "{s} is spoken in which country", "{s} spoken where"),
+    "made_of": ("what is {s} made of", "{s} is made of what", "what are {s} made from",
+                "{s} material", "what material is {s} made of"),
+    "caused": ("what causes {s}", "{s} is caused by what", "cause of {s}",
+               "what is the cause of {s}"),
+    "written": ("who wrote {s}", "who's the author of {s}", "{s} author", "the author of {s}",
+                "{s} was written by whom", "who is the writer of {s}"),
+    "authored": ("who wrote {s}", "{s} author", "who's the author of {s}"),
+    "painted": ("who painted {s}", "{s} painter", "which artist painted {s}",
+                "{s} was painted by who", "the painter of {s}"),
+    "directed": ("who directed {s}", "{s} director", "the director of {s}",
+                 "who was the director of {s}", "{s} was directed by whom"),
+    "founded": ("who founded {s}", "{s} founder", "founder of {s}", "who was the founder of {s}",
+                "{s} was founded by who"),
+    "composed": ("who composed {s}", "{s} composer", "which composer wrote {s}",
+                 "the composer of {s}"),
+    "designed": ("who designed {s}", "{s} designer", "the designer of {s}",
+                 "{s} was designed by whom"),
+}
+_READ_BY_DEFAULT = ("who {v} {s}", "{s} was {v} by whom", "who was {s} {v} by", "{s} {v} by")
+_YEAR_TEMPLATES = ("when was {s} {v}", "what year was {s} {v}", "{s} was {v} in what year",
+                   "in which year was {s} {v}", "year {s} was {v}", "{s} {v} when")
+_NOT_ANSWERS = set(_NATIONALITIES) | {"The", "A", "An", "It", "He", "She", "They", "This", "In"}
+
+
+def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
+    """(relation, question templates with {s} for the subject, answer span) for each relation
+    the text states; the answer is never the title and occurs in the text as written."""
+    text = article.text
+    facts: list[tuple[str, tuple[str, ...], str]] = []
+    for relation, pattern in _READ_PATTERNS.items():
+        if not (m := pattern.search(text)):
+            continue
+        answer = _name_span(m.group(1)) if relation not in ("made_of", "caused") else m.group(1)
+        facts.append((relation, _READ_TEMPLATES[relation], answer))
+    if (m := _BY.search(text)) and (answer := _name_span(m.group(2))):
+        verb = m.group(1)
+        templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
+                                                       for t in _READ_BY_DEFAULT)
+        facts.append((verb, templates, answer))
+    if m := _IN_YEAR.search(text):
+        verb = m.group(1)
+        facts.append((verb + "_year", tuple(t.replace("{v}", verb) for t in _YEAR_TEMPLATES),
+                      m.group(2)))
+    # A language is often named by the same word as a nationality ("Spanish").
+    return [f for f in facts if _good_answer(f[2], article, f[0] == "language")]
+
+
+def _good_answer(answer: str, article: Article, adjective: bool = False) -> bool:
+    words = answer.split()
+    return (0 < len(words) <= 6 and (adjective or answer not in _NOT_ANSWERS)
+            and not _within(answer, article.name) and not _within(article.name, answer)
+            and re.search(r"\b" + re.escape(answer) + r"\b", article.text) is not None)
+
+
+def _within(part: str, whole: str) -> bool:
+    return re.search(r"\b" + re.escape(part.lower()) + r"\b", whole.lower()) is not None
+
+
+_PRONOUN_START = re.compile(r"^(It|He|She|They)\b ")
+_CLOZE_YEAR = re.compile(r"\b(in|since|until|by) (\d{4})\b(?! ?[–-])")
+_CLOZE_NAME = re.compile(r"\b(by|in|at|from|of|to|with|and|as|under) (?:the )?" + _NAME)
+_CLOZE_WH = {"by": "by whom", "in": "where", "at": "where", "from": "from where",
+             "of": "of what", "to": "to what", "with": "with what", "and": "and what",
+             "as": "as what", "under": "under whom"}
+
+
+def cloze_questions(article: Article) -> list[tuple[str, str, str]]:
+    """(relation, question, answer): a sentence about the article with one year or name
+    replaced by a question word in place ("the tower was completed in what year"), cut after
+    the clause that held the answer. A pronoun subject becomes the article's name, so the
+    question names what it asks about."""
+    out: list[tuple[str, str, str]] = []
+    name_words = set(content_words(article.name))
+    for sentence in sentences(article.text)[:6]:
+        sentence = _PRONOUN_START.sub(article.name + " ", sentence, count=1)
+        if not name_words or not name_words <= set(content_words(sentence)):
+            continue
+        for relation, match in _cloze_candidates(sentence):
+            answer = match.group(2) if relation == "year" else _name_span(match.group(2))
+            if not _good_answer(answer, article) or answer.lower() in sentence[
+                    :match.start(2)].lower():
+                continue
+            end = match.start(2) + len(answer)
+            wh = "what year" if relation == "year" else _CLOZE_WH[match.group(1)].split()[-1]
+            head = sentence[:match.start(1)] + (match.group(1) + " " if relation == "year"
+                                                 and wh == "what year" else "")
+            if relation != "year":
+                head = sentence[:match.start(1)] + _CLOZE_WH[match.group(1)]
+                wh = ""
+            tail = re.split(r"[,;:(]| – ", sentence[end:])[0]
+            question = " ".join((head + " " + wh + tail).split())
+            if not 5 <= len(question.split()) <= 22 or not name_words <= set(
+                    content_words(question)):
+                continue
+            out.append(("cloze_" + relation, question, answer))
+            break
+        if len(out) >= 2:
+            break
+    return out
+
+
+def _cloze_candidates(sentence: str) -> list[tuple[str, re.Match]]:
+    found = [("year", m) for m in _CLOZE_YEAR.finditer(sentence)]
+    found += [("name", m) for m in _CLOZE_NAME.finditer(sentence) if m.start() > 8]
+    return sorted(found, key=lambda item: item[1].start())

@@ -1,0 +1,99 @@
+"""The `read` family: questions whose answer is a span of the article's text, never its
+title, asked in many phrasings; kept off the articles another benchmark is answered from;
+mixed so that title answers stay a minority of the training runs."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from nano.build import write_mix
+from nano.data import benchmark_support, build_questions, reading_questions
+from nano.questions import Article, cloze_questions, held_out, reading_facts
+
+MONA = Article("7", "Mona Lisa", "The Mona Lisa is a half-length portrait painting by Italian "
+               "artist Leonardo da Vinci. It was painted by Leonardo da Vinci between 1503 and "
+               "1519. It was stolen in 1911 and recovered two years later. It has been on display "
+               "at the Louvre in Paris since 1797. The painting "
+               "is made of oil on a poplar panel.")
+PERU = Article("8", "Peru", "Peru is a country in western South America. Its capital and "
+               "largest city is Lima. The official language is Spanish. Its currency is the "
+               "Peruvian sol. It was founded in 1821 by José de San Martín.")
+
+
+def test_reading_facts_are_spans_of_the_text_and_never_the_title():
+    facts = {relation: answer for relation, _, answer in reading_facts(PERU)}
+    assert facts["capital"] == "Lima"
+    assert facts["language"] == "Spanish"
+    assert facts["currency"] == "Peruvian sol"
+    assert facts["founded_year"] == "1821"
+    for article in (PERU, MONA):
+        for _, templates, answer in reading_facts(article):
+            assert answer in article.text and answer.lower() != article.name.lower()
+            assert all("{s}" in t for t in templates)
+
+
+def test_reading_questions_vary_their_phrasing_across_copies():
+    questions = [q for q in reading_questions(PERU, 3) if q.relation == "capital"]
+    assert len(questions) == 3
+    assert len({q.question.lower().rstrip("?") for q in questions}) == 3
+    assert all("peru" in q.question.lower() and q.answers == ("Lima",) for q in questions)
+    forms = {q.question.lower().rstrip("?") for q in reading_questions(PERU, 6)
+             if q.relation == "capital"}
+    assert "peru capital" in forms or "capital of peru" in forms  # not only "what is ..."
+    assert any(f.split()[0] not in ("what", "which", "who", "where", "when") for f in forms)
+
+
+def test_cloze_puts_the_question_word_where_the_answer_stood():
+    questions = {relation: (question, answer)
+                 for relation, question, answer in cloze_questions(MONA)}
+    question, answer = questions["cloze_year"]
+    assert answer == "1911"
+    assert question == "Mona Lisa was stolen in what year and recovered two years later"
+    question, answer = questions["cloze_name"]
+    assert (question, answer) == ("Mona Lisa was painted by whom between 1503 and 1519",
+                                  "Leonardo da Vinci")  # the pronoun became the name
+    for _, question, answer in cloze_questions(MONA):
+        assert answer.lower() not in question.lower() and answer in MONA.text
+
+
+def test_support_articles_of_another_benchmark_get_no_training_question(tmp_path):
+    (tmp_path / "dev.jsonl").write_text(json.dumps(
+        {"question": "capital of peru", "golden_answers": ["Lima"],
+         "metadata": {"support": "Peru"}}) + "\n", encoding="utf-8")
+    assert benchmark_support(tmp_path) == frozenset({"Peru"})
+    records = [{"id": a.id, "contents": f'"{a.title}"\n{a.text}'} for a in (MONA, PERU)]
+    train, _ = build_questions(records, 2)
+    assert {q.articles[0] for q in train} == {a.title for a in (MONA, PERU)
+                                              if not held_out(a.title)}
+    train, _ = build_questions(records, 2, benchmark_support(tmp_path))
+    assert "Peru" not in {q.articles[0] for q in train}
+    assert any(q.family == "read" for q in train) or held_out("Mona Lisa")
+
+
+def test_mix_keeps_title_answers_under_the_share(tmp_path: Path):
+    runs = ([{"family": "definition"}] * 50 + [{"family": "description"}] * 50
+            + [{"family": "read"}] * 20 + [{"family": "span"}] * 10)
+    source = tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    counts = write_mix(source, tmp_path / "mix.jsonl", title_share=0.4)
+    written = Counter(json.loads(line)["family"] for line in
+                      (tmp_path / "mix.jsonl").read_text().splitlines())
+    assert written == counts
+    assert written["read"] == 20 and written["span"] == 10
+    title = written["definition"] + written["description"]
+    assert title == 20 and title / sum(written.values()) <= 0.4
+
+
+def test_data_flags_that_cannot_work_are_refused_with_the_fix(tmp_path):
+    import pytest
+
+    from nano.build import DataConfig
+
+    with pytest.raises(ValueError, match="--title-share"):
+        DataConfig(out=tmp_path, title_share=1.0)
+    with pytest.raises(ValueError, match="no tokenizer.json"):
+        DataConfig(out=tmp_path, tokenizer=tmp_path)
+    with pytest.raises(ValueError, match="--exclude-support"):
+        DataConfig(out=tmp_path, exclude_support=tmp_path / "missing")
