@@ -90,7 +90,10 @@ def load_lucene():
                 if not _HEAP.fullmatch(_java_heap):
                     raise ValueError(f"Bad RETRIEVER_JAVA_HEAP {_java_heap!r}: give a number "
                                      "with an optional k/m/g unit (e.g. 4g).")
-                jnius_config.add_options(f"-Xmx{_java_heap}")
+                jnius_config.add_options(f"-Xmx{_java_heap}",
+                                         # Lucene 9's memory mapping calls sun.misc.Unsafe,
+                                         # which JDK 24+ warns about on every start.
+                                         "--sun-misc-unsafe-memory-access=allow")
             placeholder = "OPENAI_API_KEY" not in os.environ
             if placeholder:
                 os.environ["OPENAI_API_KEY"] = "unused-placeholder-for-pyserini-import"
@@ -99,10 +102,24 @@ def load_lucene():
             finally:
                 if placeholder:
                     os.environ.pop("OPENAI_API_KEY", None)
+            _quiet_lucene_logging()
             _loaded = True
     import pyserini.search.lucene as lucene
 
     return lucene
+
+
+_quiet_loggers: list = []  # java.util.logging keeps loggers weakly: hold the configured one
+
+
+def _quiet_lucene_logging() -> None:
+    """Lucene's one-line advice to upgrade it for Java 22+ (MMapDirectory) is not for users
+    of this studio: only its errors are shown."""
+    from jnius import autoclass
+
+    logger = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store")
+    logger.setLevel(autoclass("java.util.logging.Level").SEVERE)
+    _quiet_loggers.append(logger)
 
 
 def index_collection(args: list[str]) -> None:

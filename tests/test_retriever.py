@@ -326,6 +326,7 @@ def test_cli_index_reports(tmp_path, default_corpus):
     good = subprocess.run([sys.executable, "-m", "retriever", "search", "Plato", "--corpus",
                            str(corpus)], capture_output=True, text=True, check=True)
     assert "Doc 1(Title: " in good.stdout
+    assert "WARNING" not in good.stderr, good.stderr  # the JVM and Lucene start quietly
 
 
 # A stand-in for JAX (this machine has none): bm25s runs `jax.lax.top_k` when it is
