@@ -112,3 +112,24 @@ def test_start_up_warms_the_retriever_and_the_model_with_one_question(local_retr
     assert pool.is_loaded("a/a") and set(asked) == {"Who directed 2001?"}
     assert retriever.queries[0] == "warm up" and "Kubrick" in retriever.queries
     assert pool.hold("a/a", timeout=0.0)  # the warm-up gave its run slot back
+
+
+def test_the_shipped_examples_are_answered_right_and_say_how_often():
+    import json
+
+    from app.ui.ask_tab import example_groups
+    from app.ui.context import Studio
+    from app.ui.examples import EXAMPLES_FILE, examples_score
+
+    shipped = json.loads(EXAMPLES_FILE.read_text(encoding="utf-8"))
+    golden = {}
+    for line in (ROOT / shipped["benchmark"]).read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        golden[record["question"]] = [g.lower() for g in record["golden_answers"]]
+    for example in shipped["examples"]:  # each one's recorded answer is a golden answer
+        assert example["answer"].strip().lower() in golden[example["question"]]
+    right, asked = examples_score()
+    studio = Studio(pool=ModelPool(lambda m: None), retriever=None, default_model="nano")
+    [(questions, label, _)] = example_groups(studio)
+    assert questions == [e["question"] for e in shipped["examples"]]
+    assert "answers right" in label and f"right {right} times in {asked}" in label

@@ -13,6 +13,7 @@ from app.ui import inputs
 from app.ui import transcript as fold
 from app.ui.context import CORPUS_EXAMPLES, Studio, session_of
 from app.ui.controls import settings_from_controls, validate_question
+from app.ui.examples import examples_score
 from app.ui.exports import remove_exports, write_exports
 from app.ui.model_pool import run_model, status_markdown
 from app.ui.run_registry import pump
@@ -177,9 +178,12 @@ def example_groups(studio: Studio) -> list[tuple[list[str], str, str]]:
     held-out questions it was run on and answers right; else questions whose answers the
     embedded corpus holds and benchmark-style ones, labelled as such (not as answered)."""
     if studio.nano_examples():
-        return [(studio.nano_examples(), "Questions the nano agent answers right (held out "
-                 "from its training; checked by running it greedily). Click one to ask it.",
-                 "ask-nano-examples")]
+        score = examples_score()
+        rate = (f" On such questions it is right {score[0]} times in {score[1]}."
+                if score else "")
+        return [(studio.nano_examples(), "Questions the nano agent answers right (not in "
+                 "its training data; checked by running it greedily). Click one to ask it."
+                 + rate, "ask-nano-examples")]
     return [(CORPUS_EXAMPLES, "Questions whose answers are in the embedded corpus (the "
              "model may still miss them). Click one to ask it.", "ask-corpus-examples"),
             (BENCHMARK_EXAMPLES, "Benchmark style (NQ / HotpotQA); the embedded corpus may "

@@ -1,10 +1,13 @@
 """The Ask tab's examples for the nano agent: held-out questions it really answers.
 
-`python -m app.ui.examples [--model nano] [--benchmark assets/vitalqa/test.jsonl] [--n 6]`
-runs the model greedily on the held-out benchmark (the agent loop and the evaluator's
+`python -m app.ui.examples [--model nano] [--benchmark assets/naturalqa/test.jsonl] [--n 6]`
+runs the model greedily on a held-out benchmark (the agent loop and the evaluator's
 scoring, as `python -m evaluator` would) and writes the questions it gets right (exact
-match), a few per question family, to `assets/ask_examples.json`. The Ask tab shows them
-when its default model is a nano model; re-run this after the nano agent is retrained.
+match), a few per question family, with how many it got right of how many asked, to
+`assets/ask_examples.json`. The default set, naturalqa, is hand-written questions in
+everyday wording. The Ask tab shows them when its default model is a nano model, and says
+how often the model is right on such questions; re-run this after the nano agent is
+retrained.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 from agent.models import NANO, ROOT
 
 EXAMPLES_FILE = ROOT / "assets" / "ask_examples.json"
-BENCHMARK_FILE = ROOT / "assets" / "vitalqa" / "test.jsonl"
+BENCHMARK_FILE = ROOT / "assets" / "naturalqa" / "test.jsonl"
 
 
 def load_examples(path: Path | None = None) -> list[str]:
@@ -28,6 +31,18 @@ def load_examples(path: Path | None = None) -> list[str]:
         return [str(e["question"]) for e in data["examples"] if str(e["question"]).strip()]
     except (OSError, ValueError, KeyError, TypeError):
         return []
+
+
+def examples_score(path: Path | None = None) -> tuple[int, int] | None:
+    """(answered right, asked) on the run that picked the stored examples; None if the
+    file does not say."""
+    path = EXAMPLES_FILE if path is None else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        right, asked = int(data["right"]), int(data["asked"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (right, asked) if 0 <= right <= asked and asked > 0 else None
 
 
 def spread(records: list, n: int) -> list:
@@ -55,7 +70,7 @@ def pick_examples(backend, retriever, benchmark: Path, n: int = 6, limit: int | 
     from evaluator.benchmarks import question_from_record, read_data_file
     from evaluator.rundir import make_record
 
-    questions = [question_from_record(record, "vitalqa", i, where)
+    questions = [question_from_record(record, benchmark.parent.name, i, where)
                  for i, (where, record) in enumerate(read_data_file(benchmark))][:limit]
     right = []
     for question in questions:  # one at a time, as the Ask tab runs them
@@ -106,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                        f"match; {right} of {asked}); written by python -m app.ui.examples.",
                "model": args.model, "benchmark": str(benchmark.relative_to(ROOT))
                if benchmark.is_relative_to(ROOT) else str(benchmark),
+               "asked": asked, "right": right,
                "examples": examples}
     args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n",
                         encoding="utf-8")
