@@ -18,6 +18,8 @@ registry's models and those named here, and no server paths (`app.ui.access`), u
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from agent.config import add_model_flags, add_retriever_flags, env
 
@@ -27,7 +29,10 @@ def _on(name: str) -> bool:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="LLDS Search-Agent Studio (Gradio).")
+    started_as = Path(sys.argv[0]).name  # app.py, llds-studio, or __main__.py for -m
+    parser = argparse.ArgumentParser(
+        prog="python -m app" if started_as == "__main__.py" else started_as,
+        description="LLDS Search-Agent Studio (Gradio).")
     add_model_flags(parser)
     add_retriever_flags(parser)
     group = parser.add_argument_group("studio")

@@ -42,3 +42,18 @@ def test_app_takes_the_shared_model_and_retriever_flags(monkeypatch):
     assert backend_options(args) == BackendOptions("openai", "auto", DEFAULT_BASE_URL,
                                                    "/models/tokenizer", True)
     assert retriever_label(args) == "bm25s:default"
+
+
+def test_python_m_app_is_the_same_command():
+    import subprocess
+    import sys
+
+    from agent.testing import ROOT
+
+    shown = subprocess.run([sys.executable, "-m", "app", "--help"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "--allow-local-paths" in shown.stdout
+    assert shown.stdout.startswith("usage: python -m app")
+    from app.__main__ import main
+
+    assert callable(main)  # the console command's target

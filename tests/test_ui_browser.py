@@ -353,4 +353,8 @@ def test_ask_shows_one_run_its_raw_text_beside_the_checkbox_and_greedy_locks_sam
     text = raw.locator("textarea")
     expect(text).to_have_value(re.compile("<search> 2001: A Space Odyssey director"))
     assert text.evaluate("e => e.scrollWidth <= e.clientWidth + 2")  # long lines wrap
+    page.get_by_role("button", name="Thought").first.click()
+    from tests.test_ui_text import EMOJI
+
+    assert not EMOJI.search(page.locator("body").inner_text())  # icons any font can show
     page.screenshot(path=str(ARTIFACTS / "ask-raw.png"), full_page=True)

@@ -66,6 +66,8 @@ def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
     page.goto(studio_url)
     page.locator("#ask-button").wait_for()
     expect(page.locator("#ask-model-info")).to_contain_text("Not an LLDS checkpoint")
+    # Warmed at start (and the page reads the status when it loads): no load on a question.
+    expect(page.locator("#ask-model-status")).to_contain_text("loaded", timeout=60_000)
     page.locator("#ask-nano-examples button").first.click()  # the first example: asked
     expect(page.locator("#ask-question textarea")).to_have_value(example["question"])
     chat = page.locator("#ask-chat")

@@ -25,7 +25,7 @@ BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may l
     "Were Scott Derrickson and Ed Wood of the same nationality?",
 ]
 ASK_SLOTS = ("ask",)
-EMPTY_STATS = "Turn – · 0 searches · 0 tokens"
+EMPTY_STATS = "No question asked yet."
 
 
 def token_counter(studio: Studio, model: str) -> Callable[[str], int] | None:
@@ -70,14 +70,16 @@ class AskTab:
                 self.model = studio.model_picker(studio.default_model, "Model", "ask-model")
                 self.model_info = gr.Markdown(studio.model_info(studio.default_model),
                                               elem_id="ask-model-info")
+                # A callable: read at each page load (the model may be loading or loaded
+                # by then, e.g. by the start-up warm-up).
                 self.model_status = gr.Markdown(
-                    status_markdown(studio.pool, studio.default_model),
+                    lambda: status_markdown(studio.pool, studio.default_model),
                     elem_id="ask-model-status")
                 with gr.Accordion("Decoding and search", open=True):
                     studio.decoding.render()
                 self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
                                       file_count="multiple", interactive=False,
-                                      elem_id="ask-export")
+                                      height=130, elem_id="ask-export")
 
     # Explicit parameters, not *values: Gradio injects gr.Request only into those.
     def run(self, question_text: str, model_id: str, greedy_on: bool, temp: float,
