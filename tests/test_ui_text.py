@@ -133,3 +133,24 @@ def test_the_shipped_examples_are_answered_right_and_say_how_often():
     [(questions, label, _)] = example_groups(studio)
     assert questions == [e["question"] for e in shipped["examples"]]
     assert "answers right" in label and f"right {right} times in {asked}" in label
+
+
+def test_a_failed_warm_up_load_still_warms_the_retriever_and_frees_the_model(local_retriever):
+    from app.ui.model_pool import warm_up_model
+
+    searched = []
+
+    class Counting:
+        engine = True
+
+        def search(self, queries, topk=3):
+            searched.extend(queries)
+            return local_retriever.search(queries, topk)
+
+    def factory(model):
+        raise ModelLoadError("not cached")
+
+    pool = ModelPool(factory)
+    warm_up_model(pool, "a/a", Counting(), "q").join(30)
+    assert searched == ["warm up"] and pool.status("a/a")[0] == "failed"
+    assert pool.hold("a/a", timeout=0.0)  # the slot is free for the visitor's question

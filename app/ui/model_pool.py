@@ -65,12 +65,16 @@ def warm_up_model(pool: ModelPool, model: str, retriever, question: str) -> thre
         # of being the cold first run itself.
         pool.hold(model)
         try:
+            try:
+                backend = pool.get(model)  # first: the page says "loading" from the start
+            except ModelLoadError:  # the visitor's question reports it
+                backend = None
             if hasattr(retriever, "engine"):
                 _warm_retriever(retriever)
-            backend = pool.get(model)
-            for _ in run_agent(question, backend, retriever, AgentSettings()):
-                pass
-        except Exception:  # ModelLoadError included: the visitor's question reports it
+            if backend is not None:
+                for _ in run_agent(question, backend, retriever, AgentSettings()):
+                    pass
+        except Exception:  # a warm-up failure must not take the studio down
             pass
         finally:
             pool.release(model)
