@@ -276,13 +276,23 @@ def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))  # the tab writes its run there
     data = write_fixture(tmp_path / "data")
     page.get_by_role("tab", name="Evaluate").click()
+    expect(page.locator("#eval-table")).to_be_hidden()  # no placeholder table before a run
     page.locator("#eval-data-dir textarea").fill(str(data))
     page.locator("#eval-sample input[type=number]").fill("3")
     page.locator("#eval-sample input[type=number]").press("Enter")
     page.locator("#eval-button").click()
     expect(page.locator("#eval-summary")).to_contain_text("3 questions", timeout=60_000)
     expect(page.locator("#eval-summary")).to_contain_text("EM ")
+    expect(page.locator("#eval-summary")).to_contain_text(str(tmp_path))  # where it went
+    assert fits(page.locator("#eval-table"))
     page.screenshot(path=str(ARTIFACTS / "evaluate.png"), full_page=True)
+
+
+def fits(block) -> bool:
+    """A table block shows its whole table (no column cut off on the right)."""
+    return block.evaluate("e => { const t = e.querySelector('table');"
+                          " return t.getBoundingClientRect().right"
+                          " <= e.getBoundingClientRect().right + 2; }")
 
 
 def no_error_badge(page) -> None:
@@ -304,6 +314,7 @@ def test_bundled_runs_button_plots_them_with_no_error(page):
     expect(messages).to_contain_text("likelihood highest", timeout=60_000)
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
     expect(summary).to_contain_text("nano-grpo")
+    assert fits(summary)
     page.wait_for_timeout(1500)  # the file box's own events, which used to fail, have run
     no_error_badge(page)
     assert "set by the user" not in messages.inner_text()
