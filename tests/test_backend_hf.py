@@ -198,3 +198,39 @@ def test_a_straggler_row_decodes_alone_and_matches_one_by_one(tiny_models):
     new_for_straggler = (backend.count_tokens(outputs[3].text)
                          + backend.count_tokens(protocol.INVALID_ACTION_MESSAGE))
     assert fed[0] <= new_for_straggler < backend.count_tokens("".join(after[3])) // 2
+
+
+def test_two_loads_in_two_threads_take_turns(tiny_models, monkeypatch):
+    """transformers' loader is not safe to run twice at once in one process: loads wait for
+    each other, and both models come out whole."""
+    import threading
+    import time
+
+    from transformers import AutoModelForCausalLM
+
+    original = AutoModelForCausalLM.from_pretrained.__func__
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def counting(cls, *args, **kwargs):
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.3)  # long enough for the other thread to arrive
+        try:
+            return original(cls, *args, **kwargs)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(counting))
+    loaded = []
+    threads = [threading.Thread(target=lambda: loaded.append(
+        TransformersBackend(str(tiny_models["random"])))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1
+    assert len(loaded) == 2
+    assert all(p.device.type != "meta" for b in loaded for p in b.model.parameters())

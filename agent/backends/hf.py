@@ -200,6 +200,12 @@ def _streamer(tokenizer, control: set[int]):
     return Streamer(tokenizer, skip_prompt=True, skip_special_tokens=False)
 
 
+# transformers builds a model on the "meta" device and swaps process-wide state while it
+# loads: two loads in two threads can leave both models without weights ("Cannot copy out
+# of meta tensor") and the loader broken for later loads. Loads take turns.
+_LOAD_LOCK = threading.Lock()
+
+
 class TransformersBackend(TokenizerText):
     name = "transformers"
 
@@ -216,12 +222,13 @@ class TransformersBackend(TokenizerText):
         if dtype == "auto":
             dtype = auto_dtype(self.device)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(model,
-                                                           trust_remote_code=trust_remote_code)
-            kwargs = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
-            if self.device == "cuda":
-                kwargs["device_map"] = "auto"  # accelerate spreads big models over the GPUs
-            self.model = AutoModelForCausalLM.from_pretrained(model, **kwargs)
+            with _LOAD_LOCK:
+                self.tokenizer = AutoTokenizer.from_pretrained(
+                    model, trust_remote_code=trust_remote_code)
+                kwargs = {"dtype": getattr(torch, dtype), "trust_remote_code": trust_remote_code}
+                if self.device == "cuda":
+                    kwargs["device_map"] = "auto"  # accelerate spreads big models over GPUs
+                self.model = AutoModelForCausalLM.from_pretrained(model, **kwargs)
         except (OSError, ValueError) as err:
             raise ModelLoadError(f"Could not load {model!r}: {err}. Pass a hub id that is "
                                  "cached, or a local directory with config.json, weights and "
