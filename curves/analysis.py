@@ -275,7 +275,11 @@ def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Piece], int 
     pieces = fit_pieces(x, y, rule)
     first = next((k for k, piece in enumerate(pieces) if _declines(piece, rule)), None)
     if first is None:
-        return pieces, None, None, ["no sustained likelihood decline (phase II) found"]
+        return pieces, None, None, [
+            f"no decline met the phase-II rule (a fitted line over at least "
+            f"{rule.min_segment} steps falling at z <= -{rule.min_drop_z:g} and by at least "
+            f"{rule.min_drop:g})"
+        ]
     decay = _refine_onset(x, y, pieces, first, rule)
     # "Sustained": the smoothed end of the run is still min_drop below the onset level.
     trend = centred_mean(values, rule.smooth_window)
@@ -455,7 +459,7 @@ SUMMARY_COLUMNS = [
     "run", "method", "steps", "step range", "best reward (smoothed)", "best reward step",
     "final reward (last 5 mean)", "likelihood peak step", "likelihood change peak→end",
     "steady decay onset (II)", "accelerated collapse onset (III)", "first grad-norm spike",
-    "reward collapse step", "collapsed", "phases from", "notes",
+    "reward collapse step", "reward collapsed", "phases from", "notes",
 ]
 
 
@@ -478,7 +482,7 @@ def summary_table(analyses: list[RunAnalysis]) -> pd.DataFrame:
             "accelerated collapse onset (III)": a.accel_onset,
             "first grad-norm spike": a.grad_spikes[0] if a.grad_spikes else None,
             "reward collapse step": a.reward_collapse_step,
-            "collapsed": ("yes" if a.reward_collapse_step is not None
+            "reward collapsed": ("yes" if a.reward_collapse_step is not None
                           else "no" if a.reward_key else "unknown"),
             "phases from": phase_sources(a),
             "notes": "; ".join(a.notes),

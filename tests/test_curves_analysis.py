@@ -56,7 +56,7 @@ def test_stable_runs_report_no_phase_and_no_collapse(kind, seed):
     assert a.decay_onset is None and a.accel_onset is None
     assert a.reward_collapse_step is None and a.grad_spikes == []
     assert a.phases() == []
-    assert any("no sustained likelihood decline" in note for note in a.notes)
+    assert any("no decline met the phase-II rule" in note for note in a.notes)
 
 
 def test_too_few_steps_claims_nothing():
@@ -112,7 +112,7 @@ def test_missing_metrics_are_reported_not_guessed():
     joined = " ".join(a.notes)
     assert LIK in joined and "critic/score/mean" in joined
     row = summary_table([a]).iloc[0]
-    assert row["collapsed"] == "unknown" and pd.isna(row["steady decay onset (II)"])
+    assert row["reward collapsed"] == "unknown" and pd.isna(row["steady decay onset (II)"])
 
 
 def test_summary_table_rows():
@@ -120,7 +120,7 @@ def test_summary_table_rows():
     table = summary_table(analyses)
     assert list(table["run"]) == ["synthetic-grpo-0", "synthetic-llds-0"]
     assert list(table["method"]) == ["GRPO", "LLDS"]
-    assert list(table["collapsed"]) == ["yes", "no"]
+    assert list(table["reward collapsed"]) == ["yes", "no"]
     grpo, llds = table.iloc[0], table.iloc[1]
     assert grpo["steps"] == 200 and grpo["step range"] == "1-200"
     assert grpo["final reward (last 5 mean)"] < 0.1 < grpo["best reward (smoothed)"]

@@ -26,14 +26,14 @@ BUNDLED_NOTE = (
 PHASE_RULE_NOTE = (
     "The phase columns use a strict rule (a straight-line decline over at least "
     "{segment} logged steps, far outside the noise); a shorter or noisier fall reads "
-    "\"no sustained likelihood decline\" there.")
+    "\"no decline met the phase-II rule\" there.")
 # The summary columns shown, and their headings here (the rest are in curves' CSV export).
 SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
                 "likelihood change peak→end": "likelihood change peak→end",
                 "steady decay onset (II)": "decay onset (II)",
                 "accelerated collapse onset (III)": "collapse onset (III)",
-                "collapsed": "reward collapsed", "notes": "notes"}
+                "reward collapsed": "reward collapsed", "notes": "notes"}
 SUMMARY_WIDTHS = ["22%", "7%", "6%", "8%", "9%", "8%", "8%", "8%", "24%"]
 _SETTINGS = {"--method": "{}", "--lr": "lr {}", "--steps": "{} steps", "--seed": "seed {}"}
 
