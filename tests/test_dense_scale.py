@@ -22,7 +22,7 @@ from tests.conftest import free_port
 # Serves or runs models: outside the fast loop (`pytest -m "not slow"`).
 pytestmark = pytest.mark.slow
 
-DOCS = 2000
+DOCS = 1000
 QUERIES = ["Stanley Kubrick science fiction film", "capital city of France",
            "Beethoven symphony", "theory of relativity", "ancient Greek philosopher",
            "largest ocean on Earth", "World War II in Europe", "the Nile river"]
@@ -52,7 +52,7 @@ def corpus(default_corpus):
 @pytest.fixture(scope="module")
 def flat_engine(corpus, encoder):
     """The engine over a flat index of the corpus's MiniLM passage vectors, encoded once
-    (first 96 tokens: encoding 2,000 passages whole takes minutes on two cores) and kept
+    (first 64 tokens: encoding passages whole takes minutes on two cores) and kept
     in the test cache."""
     import faiss
 
@@ -61,7 +61,7 @@ def flat_engine(corpus, encoder):
     path = corpus.with_suffix(".minilm.index")
     if not path.is_file():
         passages = ["passage: " + r["contents"] for r in load_records(corpus)]
-        vectors = Encoder(encoder, max_length=96).encode(passages)
+        vectors = Encoder(encoder, max_length=64).encode(passages)
         flat = faiss.IndexFlatIP(vectors.shape[1])
         flat.add(vectors)
         faiss.write_index(flat, str(path) + ".partial")
