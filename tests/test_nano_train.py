@@ -31,7 +31,8 @@ def _well_formed_first_turns(model_dir: Path, questions: list[str]) -> int:
     from agent.backends.hf import TransformersBackend
 
     backend = TransformersBackend(str(model_dir), device="cpu")
-    settings = AgentSettings(max_turns=0, max_new_tokens=40)  # the closing round only
+    # the closing round only; room for a search that copies a long question whole
+    settings = AgentSettings(max_turns=0, max_new_tokens=120)
     count = 0
     for question in questions:
         finished = list(run_agent(question, backend, _NoDocs(), settings))[-1]
@@ -68,7 +69,7 @@ def test_micro_training(micro_data, tmp_path):
     questions = [r["question"] for r in records[:12]]
     before = _well_formed_first_turns(tmp_path / "init", questions)
     after = _well_formed_first_turns(tmp_path / "run", questions)
-    assert after > before, (before, after)  # measured: 0 of 12 before, 9 of 12 after
+    assert after > before, (before, after)  # measured: 0 of 12 before, 6 of 12 after
 
 
 @pytest.mark.slow
