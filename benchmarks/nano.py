@@ -2,6 +2,7 @@
 
     python benchmarks/nano.py [--model assets/nano-agent] [--limit N] [--threads 2]
                               [--batch-size 16] [--json out.json]
+                              [--questions assets/naturalqa/dev.jsonl]
 
 For each question, greedy, with run_agent one question at a time (the loop the UI and the
 CLI use; per-question seconds are only meaningful there):
@@ -33,7 +34,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from agent.backends.hf import TransformersBackend  # noqa: E402
 from agent.loop import AgentSettings  # noqa: E402
-from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local  # noqa: E402
+from evaluator.benchmarks import (  # noqa: E402
+    LOCAL_BENCHMARKS,
+    Question,
+    load_local,
+    question_from_record,
+    read_data_file,
+)
 from nano.data import BENCHMARK_NAME  # noqa: E402
 from nano.evaluate import (  # noqa: E402
     EmptyRetriever,
@@ -71,9 +78,15 @@ def evaluate(model: str, questions: list[Question], settings: AgentSettings | No
     return result
 
 
-def report(result: dict) -> str:
+def questions_from_file(path: Path) -> list[Question]:
+    """The questions of a FlashRAG JSON-lines file (naturalqa's dev split, say)."""
+    return [question_from_record(record, path.parent.name, i, where)
+            for i, (where, record) in enumerate(read_data_file(path))]
+
+
+def report(result: dict, name: str = "vitalqa") -> str:
     a, b = result["with_retrieval"], result["without_retrieval"]
-    lines = [f"vitalqa, {a['questions']} held-out questions, greedy, top-3 BM25, "
+    lines = [f"{name}, {a['questions']} held-out questions, greedy, top-3 BM25, "
              "one question at a time",
              f"{'':24}{'EM':>7}{'well-formed':>13}{'searches':>10}{'p50 s':>8}{'p90 s':>8}"]
     for name, r in (("(a) with retrieval", a), ("(b) without retrieval", b)):
@@ -102,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=str(LOCAL_BENCHMARKS[BENCHMARK_NAME]),
                         help="the directory holding vitalqa/test.jsonl (as the evaluator's "
                         "--data-dir)")
+    parser.add_argument("--questions", default=None, help="a FlashRAG .jsonl file of questions "
+                        "instead of vitalqa (assets/naturalqa/dev.jsonl)")
     parser.add_argument("--limit", type=int, default=None, help="a fixed sample of N questions")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (2 cores: 2)")
     parser.add_argument("--batch-size", type=int, default=16, help="0 skips (c)")
@@ -111,10 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    questions, _, _ = load_local(Path(args.data_dir), BENCHMARK_NAME)
+    if args.questions:
+        path = Path(args.questions)
+        if not path.is_file():
+            parser.error(f"--questions {path}: no such file; pass a .jsonl of questions.")
+        questions, name = questions_from_file(path), f"{path.parent.name} {path.stem}"
+    else:
+        questions, _, _ = load_local(Path(args.data_dir), BENCHMARK_NAME)
+        name = BENCHMARK_NAME
     result = evaluate(args.model, fixed_sample(questions, args.limit),
                       batch_size=args.batch_size, engine=args.engine)
-    print(report(result))
+    print(report(result, name))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False))
     return 0
