@@ -1,6 +1,6 @@
 """Benchmark the nano agent on the held-out `vitalqa` questions, on CPU.
 
-    python benchmarks/nano.py [--model assets/nano-agent] [--limit N] [--threads 2]
+    python -m benchmarks.nano [--model assets/nano-agent] [--limit N] [--threads 2]
                               [--batch-size 16] [--json out.json]
                               [--questions assets/naturalqa/dev.jsonl]
 
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run as a script from anywhere: the project is not installed
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
