@@ -14,7 +14,7 @@ from agent.loop import AgentSettings
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets" / "nano-agent"
 
-# Measured with `python benchmarks/nano.py --limit 60` (greedy, top-3 BM25; see the model
+# Measured with `python -m benchmarks.nano --limit 60` (greedy, top-3 BM25; see the model
 # card): EM 44/60 with retrieval, both one question at a time and batched, 0/60 without,
 # 100 % well-formed, one search per question. Greedy decoding is deterministic; the
 # tolerance covers float differences between machines (two questions either way).
@@ -23,7 +23,7 @@ MEASURED_EM = 44 / 60
 MEASURED_WELL_FORMED = 1.0
 MEASURED_EM_WITHOUT = 0.0
 TOLERANCE = 2 / 60
-WITHOUT_SAMPLE = 15  # an empty retriever makes runs long (every round searches again)
+WITHOUT_SAMPLE = 15
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,9 @@ def test_held_out_em(backend):
     assert with_docs["em"] == pytest.approx(MEASURED_EM, abs=TOLERANCE)
     assert with_docs["well_formed"] >= MEASURED_WELL_FORMED - TOLERANCE
     assert with_docs["searches"] == pytest.approx(1.0, abs=0.1)
+    # Without documents the model searches again every round and may ramble to the turn
+    # budget; two rounds of 64 tokens show as well that it has no answer of its own.
     few = questions[:WITHOUT_SAMPLE]
-    without = score(few, run_batched(few, backend, EmptyRetriever(), AgentSettings()))
+    short = AgentSettings(max_turns=2, max_new_tokens=64)
+    without = score(few, run_batched(few, backend, EmptyRetriever(), short))
     assert without["em"] == MEASURED_EM_WITHOUT
