@@ -26,16 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
-    os.environ[_name] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-if "LLDS_CACHE_DIR" not in os.environ:  # a private cache: never a user's prebuilt index
-    os.environ["LLDS_CACHE_DIR"] = tempfile.mkdtemp(prefix="llds-bench-cache-")
-os.environ["LLDS_TEST_CACHE_DIR"] = os.environ["LLDS_CACHE_DIR"]
+# benchmarks.agent, imported first, puts the process offline with a private cache.
+from benchmarks.agent import build_models, corpus_titles, question_for  # isort: skip
 
-from agent.loop import AgentSettings  # noqa: E402
-from benchmarks.agent import build_models, corpus_titles, question_for  # noqa: E402
+from agent.loop import AgentSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ["LLDS_TEST_CACHE_DIR"] = os.environ["LLDS_CACHE_DIR"]
 
 
 def timed(fn, *args, **kwargs):
