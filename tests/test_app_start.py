@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from agent.testing import free_port, start_process, stop_process
 
 
+@pytest.mark.slow
 def test_app_starts_and_reports_an_unloadable_model_in_the_page():
     from gradio_client import Client
 
@@ -44,6 +46,7 @@ def test_app_takes_the_shared_model_and_retriever_flags(monkeypatch):
     assert retriever_label(args) == "bm25s:default"
 
 
+@pytest.mark.slow
 def test_python_m_app_is_the_same_command():
     import subprocess
     import sys

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from agent.events import DocumentsReturned, Finished, SearchCalled, TextDelta, TurnStarted
 from agent.testing import ROOT
 from app.infer import Style, render_terminal
@@ -17,6 +19,7 @@ def _infer(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_json_event_stream(tiny_models, default_corpus):
     out = _infer("which film is this", "--model", str(tiny_models["scripted"]), "--engine",
                  "bm25s", "--json", "--max-turns", "2")
@@ -30,6 +33,7 @@ def test_json_event_stream(tiny_models, default_corpus):
     assert events[-1]["searches"] >= 1 and events[-1]["trajectory"].startswith("<|im_start|>")
 
 
+@pytest.mark.slow
 def test_terminal_output_and_errors(tiny_models, default_corpus):
     out = _infer("which film is this", "--model", str(tiny_models["scripted"]), "--engine",
                  "bm25s")

@@ -15,7 +15,7 @@ from retriever.doc import Doc
 from tests.browser import ARTIFACTS, require_chromium
 from tests.scripted_backend import ScriptedBackend
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 require_chromium()
 

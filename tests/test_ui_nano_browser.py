@@ -14,7 +14,7 @@ from tests.browser import ARTIFACTS, require_chromium
 
 NANO_DIR = ROOT / "assets" / "nano-agent"
 EXAMPLES = ROOT / "assets" / "ask_examples.json"
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 if not (NANO_DIR / "config.json").is_file():
     pytest.skip("assets/nano-agent is not in this checkout yet", allow_module_level=True)
