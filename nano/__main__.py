@@ -17,6 +17,8 @@ import shlex
 import sys
 import typing
 
+from nano.options import flag_of
+
 COMMANDS = {
     "data": "Write the tokenizer, training trajectories (teacher through the real agent "
             "loop) and vitalqa.",
@@ -50,7 +52,7 @@ def config_parser(command: str, config_class: type) -> argparse.ArgumentParser:
     for field in dataclasses.fields(config_class):
         kind, optional = _flag_type(hints[field.name])
         env = env_name(command, field.name)
-        flag = field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+        flag = flag_of(config_class, field.name)
         raw = os.environ.get(env)
         help_text = f"{field.metadata.get('help', '')} [{env}]"
         if kind is bool:

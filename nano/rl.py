@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nano import checkpoint
 from nano.llds import LossConfig, entropy
-from nano.options import option
+from nano.options import check_bounds, option
 
 METHODS = {"grpo": None, "llds-r": "response", "llds-a": "action"}
 
@@ -68,17 +68,12 @@ class RLConfig:
         """Values that cannot train, refused with what to pass instead."""
         if self.method not in METHODS:
             raise ValueError(f"--method {self.method!r}: pick one of {', '.join(METHODS)}.")
-        for name in ("steps", "group_size", "batch_questions", "mini_batches", "micro_batch",
-                     "max_new_tokens", "max_obs_tokens", "max_context_tokens", "val_every",
-                     "val_limit", "threads", "save_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
-                                 "must be at least 1.")
-        for name in ("kl_coef", "llds_lambda", "max_turns", "weight_decay", "clip_ratio",
-                     "warmup_ratio"):
-            if getattr(self, name) < 0:
-                flag = "lambda" if name == "llds_lambda" else name.replace("_", "-")
-                raise ValueError(f"--{flag} is {getattr(self, name)}; it cannot be negative.")
+        check_bounds(self, at_least_one=("steps", "group_size", "batch_questions",
+                                         "mini_batches", "micro_batch", "max_new_tokens",
+                                         "max_obs_tokens", "max_context_tokens", "val_every",
+                                         "val_limit", "threads", "save_every"),
+                     not_negative=("kl_coef", "llds_lambda", "max_turns", "weight_decay",
+                                   "clip_ratio", "warmup_ratio"))
         if self.answer_lambda is not None and self.answer_lambda < 0:
             raise ValueError(f"--answer-lambda is {self.answer_lambda}; it cannot be negative.")
         if not self.lr > 0 or not self.grad_clip > 0 or not self.temperature > 0:

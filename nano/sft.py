@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nano import checkpoint
-from nano.options import option
+from nano.options import check_bounds, option
 
 PROMPT, OWN, INSERTED, CONTENT = 0, 1, 2, 3  # what each token is, for the loss weights
 
@@ -87,17 +87,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Values that cannot train, refused with what to pass instead."""
-        positive = ("hidden", "layers", "heads", "kv_heads", "intermediate", "max_len",
-                    "batch_tokens", "threads", "save_every", "log_every")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
-                                 "must be at least 1.")
-        for name in ("steps", "minutes", "warmup", "weight_decay", "doc_weight",
-                     "copy_drills", "induction_steps", "induction_every", "content_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"--{name.replace('_', '-')} is {getattr(self, name)}; it "
-                                 "cannot be negative.")
+        check_bounds(self, at_least_one=("hidden", "layers", "heads", "kv_heads",
+                                         "intermediate", "max_len", "batch_tokens", "threads",
+                                         "save_every", "log_every"),
+                     not_negative=("steps", "minutes", "warmup", "weight_decay", "doc_weight",
+                                   "copy_drills", "induction_steps", "induction_every",
+                                   "content_weight"))
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
         if not self.lr > 0:
