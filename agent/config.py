@@ -8,6 +8,7 @@ the same in every front end.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from dataclasses import dataclass
 
@@ -22,6 +23,13 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
 
 def env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
+
+
+def default_engine() -> str:
+    """The in-process engine when none is named: Lucene (Search-R1's BM25), except where the
+    `spaces` package is importable (Hugging Face Spaces, ZeroGPU): there a GPU call runs in a
+    forked process, which a JVM in the parent does not survive, so the JVM-free bm25s."""
+    return "bm25s" if importlib.util.find_spec("spaces") is not None else "lucene"
 
 
 def add_model_flags(parser: argparse.ArgumentParser) -> None:
@@ -51,8 +59,9 @@ def add_retriever_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--corpus", default=env("RETRIEVER_CORPUS", "default"),
                        help="in-process corpus (env RETRIEVER_CORPUS)")
     group.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), type=str.lower,
-                       default=env("RETRIEVER_ENGINE", "lucene"),
-                       help="in-process engine: lucene (bm25 is the same), bm25s or dense "
+                       default=env("RETRIEVER_ENGINE") or default_engine(),
+                       help="in-process engine: lucene (bm25 is the same), bm25s or dense; "
+                            "default lucene, or bm25s where the `spaces` package is "
                             "(env RETRIEVER_ENGINE)")
     group.add_argument("--index", default=env("RETRIEVER_INDEX"),
                        help="in-process index (env RETRIEVER_INDEX)")

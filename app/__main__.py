@@ -3,7 +3,8 @@
 
 The model and retriever flags are `agent.config`'s, as for `python -m app.infer` and the
 evaluator; every flag has an environment fallback (for Hugging Face Spaces, which set
-GRADIO_SERVER_NAME themselves to listen on all interfaces). With no flags: the in-process
+GRADIO_SERVER_NAME themselves to listen on all interfaces; the port is GRADIO_SERVER_PORT,
+else PORT, else 7860). With no flags: the in-process
 BM25 retriever over the embedded corpus, 127.0.0.1:7860, and the default model of
 `agent.models.default_model` (the flagship where a GPU and the checkpoint are at hand, else
 the nano agent). At start the retriever runs one search, and a nano default model is loaded
@@ -28,6 +29,24 @@ def _on(name: str) -> bool:
     return (env(name) or "").lower() in ("1", "true", "yes")
 
 
+def port_number(value: str) -> int:
+    """argparse `type` of --port (and of its env fallbacks): a TCP port, 1-65535."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a port (1-65535): fix --port, GRADIO_SERVER_PORT or PORT")
+    return port
+
+
+def default_port() -> str:
+    """GRADIO_SERVER_PORT (Gradio's own variable), else PORT (what many hosts set), else
+    7860; a string, so argparse checks it with `port_number` only when --port is absent."""
+    return env("GRADIO_SERVER_PORT") or env("PORT") or "7860"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     started_as = Path(sys.argv[0]).name  # app.py, llds-studio, or __main__.py for -m
     parser = argparse.ArgumentParser(
@@ -40,8 +59,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                        help="Compare tab's model A (B is --model); default: beside the nano "
                             "agent its GRPO and LLDS versions side by side, else the Search-R1 "
                             "PPO baseline (env LLDS_BASELINE)")
-    group.add_argument("--host", default=env("GRADIO_SERVER_NAME", "127.0.0.1"))
-    group.add_argument("--port", type=int, default=int(env("GRADIO_SERVER_PORT", "7860")))
+    group.add_argument("--host", default=env("GRADIO_SERVER_NAME") or "127.0.0.1",
+                       help="address to listen on; 0.0.0.0 exposes the studio to the network "
+                            "(env GRADIO_SERVER_NAME, which a Space sets to 0.0.0.0)")
+    group.add_argument("--port", type=port_number, default=default_port(),
+                       help="port to listen on (env GRADIO_SERVER_PORT, else PORT, else 7860)")
     group.add_argument("--share", action="store_true", default=_on("LLDS_SHARE"),
                        help="a public Gradio share link (env LLDS_SHARE)")
     group.add_argument("--allow-local-paths", action="store_true",
