@@ -28,7 +28,7 @@ from retriever.corpus import load_records, resolve_corpus
 HUMAN_QUESTIONS = Path(__file__).with_name("vitalqa_human.jsonl")
 # Training copies (phrasings) per question family: the span and two-hop families are rarer
 # in the corpus and harder to learn, so they get more phrasings.
-COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3, "read": 3}
+COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3, "read": 5}
 ROOT = Path(__file__).resolve().parent.parent
 TITLE_FAMILIES = ("definition", "description")  # their answer is the article's title
 

@@ -35,7 +35,7 @@ from nano.questions import (
 
 BENCHMARK_NAME = "vitalqa"  # the evaluator knows it by this name (LOCAL_BENCHMARKS)
 # Held-out questions per family in the benchmark (the rest of the held-out pool is unused).
-CLOZE_COPIES = 2
+CLOZE_COPIES = 1
 BENCHMARK_CAPS = {"definition": 120, "description": 100, "span": 120, "twohop": 60}
 
 

@@ -316,6 +316,15 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
     "designed": ("who designed {s}", "{s} designer", "the designer of {s}",
                  "{s} was designed by whom"),
 }
+_NUMBER_WORDS = "two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
+_COUNT = re.compile(r"\b(?:has|have|had|contains|contained|consists of|comprises|comprised|"
+                    r"divided into|made up of) (\d[\d,]*|" + _NUMBER_WORDS + r") "
+                    r"((?:[a-z]+ )?[a-z]+s)\b")
+_COUNT_TEMPLATES = ("how many {n} does {s} have", "how many {n} are in {s}",
+                    "{s} number of {n}", "number of {n} in {s}", "how many {n} has {s}")
+_ATOMIC = re.compile(r"\batomic number (?:of )?(\d{1,3})\b")
+_ATOMIC_TEMPLATES = ("atomic number of {s}", "what is the atomic number of {s}",
+                     "{s} atomic number", "what's {s}'s atomic number")
 _READ_BY_DEFAULT = ("who {v} {s}", "{s} was {v} by whom", "who was {s} {v} by", "{s} {v} by")
 _YEAR_TEMPLATES = ("when was {s} {v}", "what year was {s} {v}", "{s} was {v} in what year",
                    "in which year was {s} {v}", "year {s} was {v}", "{s} {v} when")
@@ -341,6 +350,12 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         verb = m.group(1)
         facts.append((verb + "_year", tuple(t.replace("{v}", verb) for t in _YEAR_TEMPLATES),
                       m.group(2)))
+    if m := _COUNT.search(text):
+        noun = m.group(2)
+        facts.append(("count", tuple(t.replace("{n}", noun) for t in _COUNT_TEMPLATES),
+                      m.group(1)))
+    if m := _ATOMIC.search(text):
+        facts.append(("atomic_number", _ATOMIC_TEMPLATES, m.group(1)))
     # A language is often named by the same word as a nationality ("Spanish").
     return [f for f in facts if _good_answer(f[2], article, f[0] == "language")]
 

@@ -183,8 +183,21 @@ def swap_answer(record: dict, new: str) -> dict | None:
     return {**record, "answers": [new], "segments": segments}
 
 
+_NUMBER = re.compile(r"[\d,.]+|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve")
+_YEAR = re.compile(r"\d{3,4}(?: BC| AD| BCE| CE)?|\d{1,4} (?:BC|AD|BCE|CE)")
+
+
+def answer_kind(answer: str) -> str:
+    """year, number or name: a swapped answer is drawn from the same kind, so that a "who"
+    question is never taught a year."""
+    if _YEAR.fullmatch(answer):
+        return "year"
+    return "number" if _NUMBER.fullmatch(answer.lower()) else "name"
+
+
 def read_trajectories(config: TrainConfig) -> list[dict]:
-    """The runs, a `swap_answers` fraction of them with another run's answer swapped in."""
+    """The runs, a `swap_answers` fraction of them with the answer of another run of the same
+    family and answer kind swapped in."""
     with open(config.data, encoding="utf-8") as lines:
         records = [json.loads(line) for line in lines if line.strip()]
     records = records[:config.limit] if config.limit else records
@@ -193,10 +206,11 @@ def read_trajectories(config: TrainConfig) -> list[dict]:
     rng = random.Random(config.seed + 1)
     pools: dict[str, list[str]] = {}
     for record in records:
-        pools.setdefault(record.get("family", ""), []).append(record["answers"][0])
+        key = (record.get("family", ""), answer_kind(record["answers"][0]))
+        pools.setdefault(key, []).append(record["answers"][0])
     out = []
     for record in records:
-        pool = pools[record.get("family", "")]
+        pool = pools[(record.get("family", ""), answer_kind(record["answers"][0]))]
         new = rng.choice(pool)
         if rng.random() < config.swap_answers and new != record["answers"][0]:
             record = swap_answer(record, new) or record

@@ -97,3 +97,41 @@ def test_data_flags_that_cannot_work_are_refused_with_the_fix(tmp_path):
         DataConfig(out=tmp_path, tokenizer=tmp_path)
     with pytest.raises(ValueError, match="--exclude-support"):
         DataConfig(out=tmp_path, exclude_support=tmp_path / "missing")
+
+
+def test_counts_and_atomic_numbers_are_asked_with_how_many_forms():
+    japan = Article("9", "Japan", "Japan is an island country in East Asia. Japan is divided "
+                    "into 47 prefectures. Its capital is Tokyo.")
+    gold = Article("10", "Gold", "Gold is a chemical element; it has the symbol Au and atomic "
+                   "number 79.")
+    facts = {relation: (templates, answer) for relation, templates, answer
+             in reading_facts(japan) + reading_facts(gold)}
+    templates, answer = facts["count"]
+    assert answer == "47" and "how many prefectures does {s} have" in templates
+    templates, answer = facts["atomic_number"]
+    assert answer == "79" and "atomic number of {s}" in templates
+
+
+def test_swapped_answers_come_from_the_same_kind(tmp_path):
+    """A "who" run never gets a year and a "when" run never gets a name."""
+    from nano.sft import TrainConfig, answer_kind, read_trajectories
+
+    def run(answer: str, n: int) -> dict:
+        return {"answers": [answer], "family": "read", "segments": [
+            [f"Question: question {n}?\n", False], ["<search> q </search>", True],
+            [f"<information>Doc 1 it was {answer}.</information>", False],
+            [f"<answer> {answer} </answer>", True]]}
+
+    names = ["Leonardo da Vinci", "Fritz Lang", "Mario Puzo", "Hayao Miyazaki"]
+    years = ["1889", "1687", "1813", "44 BC"]
+    records = [run(a, n) for n, a in enumerate(names * 10 + years * 10)]
+    data = tmp_path / "runs.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    out = read_trajectories(TrainConfig(data=data, tokenizer=tmp_path, out=tmp_path / "o",
+                                        swap_answers=1.0))
+    swapped = [(old["answers"][0], new["answers"][0]) for old, new in zip(records, out, strict=True)
+               if old["answers"] != new["answers"]]
+    assert len(swapped) > 40
+    assert all(answer_kind(old) == answer_kind(new) for old, new in swapped)
+    assert [answer_kind(a) for a in ("1889", "44 BC", "47", "eleven", "Lima")] == [
+        "year", "year", "number", "number", "name"]
