@@ -14,12 +14,14 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from curves.analysis import SUMMARY_COLUMNS, PhaseRule, RunAnalysis, analyse_run, summary_table
-from curves.parse import LogFormatError, read_log
+from curves.parse import LogFormatError
 from curves.plots import ROUNDING_NOTE, Panel, build_panels
 from curves.runs import TrainingRun, normalise_method
+from curves.seeds import BANDS
+from curves.sources import read_source
 
-__all__ = ["AnalysisResult", "LogFormatError", "Message", "Panel", "PhaseRule", "TrainingRun",
-           "analyze_uploads"]
+__all__ = ["BANDS", "AnalysisResult", "LogFormatError", "Message", "Panel", "PhaseRule",
+           "TrainingRun", "analyze_uploads"]
 
 
 @dataclass
@@ -53,11 +55,13 @@ class AnalysisResult:
 
 def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
                     smoothing: float = 0.6, annotate: bool = True, *,
-                    metrics: Sequence[str] = (), rule: PhaseRule | None = None) -> AnalysisResult:
-    """Read every file, analyse every run, build the figures and the summary table.
+                    metrics: Sequence[str] = (), rule: PhaseRule | None = None,
+                    band: str | None = None) -> AnalysisResult:
+    """Read every file or log folder, analyse every run, build the figures and the summary.
 
     labels: run name -> "GRPO" | "LLDS", overriding the guess from the name.
     metrics: extra raw keys to plot, one panel each.
+    band: "minmax" or "se" draws runs that differ only by seed as a mean with that band.
     """
     rule = rule or PhaseRule()
     messages: list[Message] = []
@@ -65,7 +69,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     for path in paths:
         source = Path(path).name
         try:
-            parsed = read_log(path)
+            parsed = read_source(path)
         except LogFormatError as exc:
             messages.append(Message("error", str(exc), source))
             continue
@@ -99,7 +103,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
         messages.append(Message("warning", f"metric {key!r} is in none of the runs"))
     try:
         panels = build_panels(runs, analyses, smoothing=smoothing, annotate=annotate,
-                              extra_metrics=[m for m in metrics if m not in missing])
+                              extra_metrics=[m for m in metrics if m not in missing], band=band)
     except Exception as exc:
         messages.append(Message("error", f"plotting failed ({type(exc).__name__}: {exc})"))
         panels = []

@@ -1,4 +1,4 @@
-"""python -m curves FILE... [--label NAME=GRPO|LLDS] [--out report.html]
+"""python -m curves PATH... [--label NAME=GRPO|LLDS] [--seed-band minmax|se] [--out report.html]
 
 Prints the summary table, writes a self-contained HTML report, and exits non-zero (with a
 message on stderr, never a traceback) when any file could not be read.
@@ -26,9 +26,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m curves") -> int:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Check GRPO / LLDS training logs for Lazy Likelihood Displacement.")
-    parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="verl console log, W&B parquet/CSV export, JSON lines, CSV or "
-                             "TensorBoard event file")
+    parser.add_argument("files", nargs="+", metavar="PATH",
+                        help="verl console log, W&B parquet/CSV export or history JSON lines, "
+                             "CSV, TensorBoard event file or logdir, W&B run folder or .wandb "
+                             "file, MLflow mlruns/ folder")
     parser.add_argument("--label", action="append", default=[], metavar="NAME=GRPO|LLDS",
                         help="override the method guessed from a run's name (repeatable)")
     parser.add_argument("--out", default="curves_report.html", help="HTML report path")
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m curves") -> int:
     parser.add_argument("--no-annotate", action="store_true", help="no phase shading")
     parser.add_argument("--metric", action="append", default=[], metavar="KEY",
                         help="also plot this raw key (repeatable)")
+    parser.add_argument("--seed-band", choices=("minmax", "se"),
+                        help="draw runs that differ only by seed (grpo-seed0, grpo-seed1, or "
+                             "a seed in their config) as their mean with a band: minmax = "
+                             "lowest to highest run, se = mean ± 1 standard error")
     args = parser.parse_args(argv)
     labels = _parse_labels(args.label, parser)
     if not 0 <= args.smoothing < 1:
@@ -45,7 +50,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m curves") -> int:
     from curves.report import write_report
 
     result = analyze_uploads(args.files, labels=labels, smoothing=args.smoothing,
-                             annotate=not args.no_annotate, metrics=args.metric)
+                             annotate=not args.no_annotate, metrics=args.metric,
+                             band=args.seed_band)
     for message in result.messages:
         if message.level != "info":
             print(message, file=sys.stderr)

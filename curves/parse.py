@@ -656,6 +656,16 @@ def read_parquet(path: str) -> ParsedFile:
 
 def read_tensorboard(path: str) -> ParsedFile:
     """Scalars from one event file; the run is named after its folder (runs/<name>/events...)."""
+    table, notes, bad = read_event_scalars(path)
+    p = Path(path)
+    name = p.parent.name if p.name.startswith("events.out.tfevents") and p.parent.name else p.stem
+    run = make_run(name, table, path, "tensorboard")
+    return ParsedFile(path, "tensorboard", [run], bad, notes)
+
+
+def read_event_scalars(path: str) -> tuple[pd.DataFrame, list[str], int]:
+    """(step x tag table, notes, damaged records) of one event file's scalar values; within
+    the file a step logged twice keeps its later value."""
     from tensorboard.compat.proto import event_pb2
     from tensorboard.compat.tensorflow_stub import errors
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
@@ -699,8 +709,4 @@ def read_tensorboard(path: str) -> ParsedFile:
     if not rows:
         raise LogFormatError("the TensorBoard event file holds no scalar values"
                              + (f" ({notes[0]})" if notes else ""))
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    p = Path(path)
-    name = p.parent.name if p.name.startswith("events.out.tfevents") and p.parent.name else p.stem
-    run = make_run(name, table, path, "tensorboard")
-    return ParsedFile(path, "tensorboard", [run], bad, notes)
+    return pd.DataFrame.from_dict(rows, orient="index"), notes, bad

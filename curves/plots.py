@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from curves.analysis import FALLBACK_SERIES, RunAnalysis
 from curves.downsample import MAX_POINTS, extreme_indices
 from curves.runs import CANONICAL_BY_ID, TrainingRun, resolve_metrics
+from curves.seeds import BANDS, mean_band, seed_groups
 
 # Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
 _GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
@@ -29,7 +30,9 @@ LIKELIHOOD_NOTE = (
     "Mean token log-likelihood under the behaviour (old) policy. 'pos' = advantage >= 0 "
     "(includes all-equal groups), not 'correct'; 'neg' = advantage < 0. Each value is divided "
     "by all response tokens, so it also moves with the share of such tokens, and only the "
-    "last micro-batch is logged."
+    "last micro-batch is logged. The 'per token' series (displacement/*_logp) split "
+    "advantage > 0, = 0 and < 0 over every micro-batch, each divided by its own tokens; "
+    "'anchor set' is a fixed set of correct trajectories scored every few steps (points)."
 )
 
 
@@ -79,6 +82,8 @@ def _series_traces(run: TrainingRun, key: str, label: str, colour: str, smoothin
     hover = (f"<b>{name}</b><br>key {key}<br>step %{{x}}<br>smoothed %{{y:.5g}}"
              "<br>raw %{customdata:.5g}<extra></extra>")
     values = raw.to_numpy()
+    # A key logged every few steps (an anchor-set evaluation, validation) shows its points.
+    mode = "lines+markers" if _is_sparse(raw, run) else "lines"
     traces = []
     if smoothing > 0:
         # The raw curve stays visible but faint, so smoothing never hides a spike.
@@ -90,9 +95,45 @@ def _series_traces(run: TrainingRun, key: str, label: str, colour: str, smoothin
     smooth = ema(raw, smoothing).to_numpy()
     kept = extreme_indices(smooth, MAX_POINTS)
     traces.append(go.Scatter(x=steps[kept], y=smooth[kept], customdata=values[kept],
-                             mode="lines", name=name, line=dict(color=colour, width=2, dash=dash),
-                             hovertemplate=hover, legendgroup=run.name))
+                             mode=mode, name=name, line=dict(color=colour, width=2, dash=dash),
+                             marker=dict(size=5), hovertemplate=hover, legendgroup=run.name))
     return traces
+
+
+def _is_sparse(values: pd.Series, run: TrainingRun) -> bool:
+    """Logged at under half of the run's steps (and few enough points to mark each)."""
+    return len(values) < 0.5 * len(run.table) and len(values) <= MAX_POINTS // 4
+
+
+def _band_traces(label: str, members: Sequence[TrainingRun], keys: Sequence[str],
+                 suffix: str, colour: str, smoothing: float, band: str,
+                 dash: str = "solid") -> list[go.Scatter]:
+    """The mean over a seed group's runs (each smoothed first) and a filled band."""
+    series = [ema(run.table[key].dropna(), smoothing) for run, key in zip(members, keys,
+                                                                           strict=True)]
+    series = [s for s in series if len(s)]
+    if not series:
+        return []
+    stats = mean_band(series, band)
+    kept = extreme_indices(stats["mean"].to_numpy(), MAX_POINTS)
+    stats = stats.iloc[kept]
+    steps = stats.index.to_numpy()
+    name = f"{label} [{members[0].method}] {suffix}".strip()
+    sparse = all(_is_sparse(run.table[key].dropna(), run) for run, key in zip(
+        members, keys, strict=True))
+    band_trace = go.Scatter(
+        x=list(steps) + list(steps[::-1]),
+        y=list(stats["high"].to_numpy()) + list(stats["low"].to_numpy()[::-1]),
+        fill="toself", fillcolor=colour, opacity=0.18, line=dict(width=0), mode="lines",
+        name=f"{name} ({BANDS[band]})", hoverinfo="skip", showlegend=False, legendgroup=label)
+    hover = (f"<b>{name}</b><br>step %{{x}}<br>mean %{{y:.5g}} of %{{customdata[0]}} runs"
+             "<br>band %{customdata[1]:.5g} to %{customdata[2]:.5g}<extra></extra>")
+    mean_trace = go.Scatter(
+        x=steps, y=stats["mean"].to_numpy(),
+        customdata=stats[["n", "low", "high"]].to_numpy(), mode="lines+markers" if sparse
+        else "lines", name=f"{name} ({BANDS[band]})", line=dict(color=colour, width=2, dash=dash),
+        marker=dict(size=5), hovertemplate=hover, legendgroup=label)
+    return [band_trace, mean_trace]
 
 
 def _layout(title: str, subtitle: str, x_range: tuple[float, float] | None,
@@ -150,11 +191,25 @@ def _rounded_subtitle(runs: Sequence[TrainingRun], extra: str = "") -> str:
 
 def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                  smoothing: float = 0.6, annotate: bool = True,
-                 extra_metrics: Sequence[str] = ()) -> list[Panel]:
-    """Figures for the canonical series present in any run, then the user-picked raw keys."""
+                 extra_metrics: Sequence[str] = (), band: str | None = None) -> list[Panel]:
+    """Figures for the canonical series present in any run, then the user-picked raw keys.
+
+    band: None draws every run; "minmax" or "se" (`curves.seeds.BANDS`) draws each group of
+    runs that differ only by seed as its mean with that band, and the other runs as they are.
+    """
     if not runs:
         return []
+    if band is not None and band not in BANDS:
+        raise ValueError(f"band must be one of {', '.join(BANDS)}, got {band!r}")
     colours = run_colours(runs)
+    groups = seed_groups(runs) if band else []
+    group_of = {id(run): (label, members) for label, members in groups for run in members}
+    # What each panel draws: single runs, and each seed group where its first run was.
+    units: list[tuple[str, list[TrainingRun]]] = []
+    for run in runs:
+        label, members = group_of.get(id(run), ("", [run]))
+        if members[0] is run:
+            units.append((label, members))
     by_run = {a.run: a for a in analyses}
     resolved = {run.name: resolve_metrics(run.table.columns) for run in runs}
     starts = [run.table.index.min() for run in runs if len(run.table)]
@@ -169,16 +224,23 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
         extra (traces, shapes, annotations) drawn only when annotating."""
         traces: list[go.Scatter] = []
         used: list[TrainingRun] = []
-        for run in runs:
+        for label, members in units:
             for metric, suffix, dash in series:
-                key = resolved[run.name].get(metric, metric if metric in run.table else None)
-                if key is None:
+                found = [(run, resolved[run.name].get(
+                    metric, metric if metric in run.table else None)) for run in members]
+                found = [(run, key) for run, key in found if key is not None]
+                if not found:
                     continue
-                new = _series_traces(run, key, suffix, colours[run.name], smoothing, dash)
+                if label:
+                    new = _band_traces(label, [r for r, _ in found], [k for _, k in found],
+                                       suffix, colours[members[0].name], smoothing, band or "",
+                                       dash)
+                else:
+                    run, key = found[0]
+                    new = _series_traces(run, key, suffix, colours[run.name], smoothing, dash)
                 if new:
                     traces.extend(new)
-                    if run not in used:
-                        used.append(run)
+                    used.extend(run for run, _ in found if run not in used)
         if not traces:
             return
         layout = _layout(title, _rounded_subtitle(used), x_range, log_y=log_y)
@@ -229,8 +291,12 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
         return traces, [], []
 
     add_panel("likelihood", "Likelihood of sampled responses (old policy)",
-              [("lik_pos", "pos (A≥0)", "solid"), ("lik_neg", "neg (A<0)", "dot")],
+              [("lik_pos", "pos (A≥0)", "solid"), ("lik_neg", "neg (A<0)", "dot"),
+               ("disp_pos", "A>0 per token", "dash"), ("disp_zero", "A=0 per token", "longdash"),
+               ("disp_neg", "A<0 per token", "dashdot"), ("anchor_logp", "anchor set", "solid")],
               note=LIKELIHOOD_NOTE, shade=True)
+    add_panel("ref_log_ratio", "log π − log π_ref per generated token",
+              [("ref_log_ratio", "", "solid")], note=CANONICAL_BY_ID["ref_log_ratio"].caveat)
     add_panel("likelihood_ref", "Likelihood under the reference policy",
               [("lik_pos_ref", "pos (A≥0)", "solid"), ("lik_neg_ref", "neg (A<0)", "dot")],
               note="Same masking caveats as the likelihood panel.")

@@ -31,6 +31,9 @@ class TrainingRun:
     method: str = "GRPO"
     method_reason: str = ""
     notes: list[str] = field(default_factory=list)
+    # The run's configuration where the log records one (W&B config, MLflow params),
+    # flattened to dotted keys.
+    params: dict[str, str] = field(default_factory=dict)
 
     @property
     def rounded(self) -> bool:
@@ -43,7 +46,8 @@ class TrainingRun:
 
 
 def make_run(name: str, table: pd.DataFrame, source: str, source_format: str,
-             notes: list[str] | None = None) -> TrainingRun:
+             notes: list[str] | None = None,
+             params: dict[str, str] | None = None) -> TrainingRun:
     """Build a TrainingRun with a sorted float table and a guessed method label."""
     table = table.sort_index()
     table.index = table.index.astype("int64")
@@ -51,7 +55,8 @@ def make_run(name: str, table: pd.DataFrame, source: str, source_format: str,
     table = table.astype("float64")
     method, reason = guess_method(name, table)
     return TrainingRun(name=name, table=table, source=source, source_format=source_format,
-               method=method, method_reason=reason, notes=list(notes or []))
+               method=method, method_reason=reason, notes=list(notes or []),
+               params=dict(params or {}))
 
 
 # `lambda0.2`, `lambda_0.2`, `lambda=0.2`, `lam0.2` in run names: the LLDS weight.
@@ -107,6 +112,11 @@ _LIK_CAVEAT = (
     "moves with the share of such tokens; last micro-batch only"
 )
 
+_DISP_CAVEAT = (
+    "mean per-token log-prob under the behaviour policy over every micro-batch of the step, "
+    "each class divided by its own tokens (so it does not move with the class's share)"
+)
+
 CANONICAL: tuple[Metric, ...] = (
     Metric("lik_pos", "log-lik., advantage >= 0 responses", ("actor/pos_avg_old_log_prob",),
            _LIK_CAVEAT),
@@ -117,6 +127,17 @@ CANONICAL: tuple[Metric, ...] = (
            "same masking as above, under the frozen reference policy"),
     Metric("lik_neg_ref", "ref-policy log-lik., advantage < 0", ("actor/neg_avg_ref_log_prob",),
            "same masking as above, under the frozen reference policy"),
+    Metric("disp_pos", "log-prob, advantage > 0 responses", ("displacement/pos_logp",),
+           _DISP_CAVEAT),
+    Metric("disp_zero", "log-prob, advantage = 0 responses", ("displacement/zero_logp",),
+           _DISP_CAVEAT),
+    Metric("disp_neg", "log-prob, advantage < 0 responses", ("displacement/neg_logp",),
+           _DISP_CAVEAT),
+    Metric("anchor_logp", "log-lik. of the fixed anchor set", ("anchor/logp",),
+           "mean per-token log-likelihood of a fixed set of correct trajectories under the "
+           "current policy; logged every few steps only"),
+    Metric("ref_log_ratio", "log π − log π_ref (per token)", ("displacement/ref_log_ratio",),
+           "mean over every generated token of the step, old policy minus reference policy"),
     Metric("reward", "reward (mean score)", ("critic/score/mean", "critic/rewards/mean")),
     Metric("grad_norm", "gradient norm", ("actor/grad_norm",), log_y=True),
     Metric("entropy", "entropy", ("actor/entropy", "actor/entropy_loss")),
