@@ -1,4 +1,5 @@
-"""`python -m evaluator --all` · `python -m evaluator report RUN...` · `... show RUN`."""
+"""`python -m evaluator --all` · `python -m evaluator report RUN...` ·
+`... report --paired RUN_A RUN_B` · `... show RUN`."""
 
 from __future__ import annotations
 
@@ -54,9 +55,11 @@ def _run_parser() -> argparse.ArgumentParser:
                             f"no --data-dir: the shipped {', '.join(LOCAL_BENCHMARKS)}")
     pick = parser.add_mutually_exclusive_group()
     pick.add_argument("--limit", type=_at_least(1),
-                      help="first N questions (FlashRAG uses 1000)")
+                      help="first N questions (FlashRAG uses 1000); a larger N on an "
+                           "existing run grows it")
     pick.add_argument("--sample", type=_at_least(1),
-                      help="a random sample of N questions (--seed)")
+                      help="a random sample of N questions (--seed); a larger N with the "
+                           "same seed grows an existing run")
     parser.add_argument("--data-dir", help="local benchmarks: DIR/nq/test.jsonl and so on")
     parser.add_argument("--merged-parquet", help="Search-R1's merged test.parquet")
     parser.add_argument("--batch-size", type=_at_least(1), default=8,
@@ -74,6 +77,10 @@ def _run_parser() -> argparse.ArgumentParser:
                         help="stop after this many questions in a row end in an error, e.g. "
                              "the retriever is down (0: never stop; env "
                              "LLDS_MAX_CONSECUTIVE_ERRORS)")
+    parser.add_argument("--paper-retriever", action="store_true",
+                        help="state that --retriever-url serves e5-base-v2 over wiki-18, the "
+                             "paper's retriever (a server cannot prove it; the run records "
+                             "that it was stated)")
     add_model_flags(parser)
     add_retriever_flags(parser)
     add_agent_flags(parser)
@@ -88,6 +95,9 @@ def _check_agent_flags(parser: argparse.ArgumentParser, args: argparse.Namespace
     for flag, (value, least) in low.items():
         if value < least:
             parser.error(f"argument {flag}: {value} is below the smallest allowed, {least}")
+    if args.paper_retriever and not args.retriever_url:
+        parser.error("argument --paper-retriever: it states what a --retriever-url server "
+                     "serves; an in-process retriever is checked, not stated")
     if args.temperature is not None and not args.temperature >= 0:
         parser.error(f"argument --temperature: {args.temperature} is not >= 0")
     if not 0 < args.top_p <= 1:
@@ -163,8 +173,15 @@ def _run_held(args: argparse.Namespace, names: list[str], data, settings, run_di
     from tqdm import tqdm
 
     from agent.backends.base import ModelLoadError
+    from evaluator.provenance import collect
     from evaluator.report import render_markdown, write_summary
-    from evaluator.rundir import RunDirError, apply_run_dir, check_run_dir, finished_ids
+    from evaluator.rundir import (
+        RunDirError,
+        apply_run_dir,
+        check_run_dir,
+        finished_ids,
+        with_provenance,
+    )
     from evaluator.runner import RunStopped, RunWriteError, evaluate
     from retriever.client import RetrieverError
 
@@ -186,7 +203,12 @@ def _run_held(args: argparse.Namespace, names: list[str], data, settings, run_di
     except ModelLoadError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    apply_run_dir(plan)
+    try:  # an in-process engine opens here, as its first search would
+        provenance = collect(args, backend, retriever, names)
+    except (RetrieverError, OSError, ValueError, RuntimeError, ImportError) as err:
+        print(f"error: could not open the retriever: {err}", file=sys.stderr)
+        return 2
+    apply_run_dir(with_provenance(plan, provenance))
     batch = args.concurrency if args.backend == "openai" else args.batch_size
     stopped: RunStopped | RunWriteError | None = None
     for name, (questions, _) in data.items():
@@ -224,12 +246,21 @@ def _run_held(args: argparse.Namespace, names: list[str], data, settings, run_di
 
 
 def cmd_report(argv: list[str]) -> int:
-    from evaluator.compare import compare_runs
+    from evaluator.compare import compare_runs, paired_report
     from evaluator.report import render_markdown, write_summary
 
-    parser = argparse.ArgumentParser(prog="python -m evaluator report")
+    parser = argparse.ArgumentParser(
+        prog="python -m evaluator report",
+        description="One run: its summary (rewritten in the run). Several: EM side by side. "
+                    "--paired A B: B against A question by question.")
     parser.add_argument("runs", nargs="+")
+    parser.add_argument("--paired", action="store_true",
+                        help="compare exactly two runs on their common questions: EM of "
+                             "each, the difference with its paired SE, the questions only "
+                             "one got right, and the exact McNemar p-value")
     args = parser.parse_args(argv)
+    if args.paired and len(args.runs) != 2:
+        parser.error(f"--paired compares exactly two runs (RUN_A RUN_B); got {len(args.runs)}")
     missing = [r for r in args.runs if not (Path(r) / "settings.json").is_file()]
     if missing:
         print(f"error: not a run directory (no settings.json): {', '.join(missing)}",
@@ -238,7 +269,9 @@ def cmd_report(argv: list[str]) -> int:
     for run in args.runs:
         warn_about_damaged_results(Path(run))
     try:
-        if len(args.runs) == 1:
+        if args.paired:
+            print(paired_report(*args.runs), end="")
+        elif len(args.runs) == 1:
             print(render_markdown(write_summary(args.runs[0])), end="")
         else:
             print(compare_runs(args.runs), end="")

@@ -454,7 +454,9 @@ def select(
 ) -> list[Question]:
     """First `limit` questions (FlashRAG's protocol uses 1000), or a seeded random sample.
 
-    A sample keeps the file order so runs over the same seed line up question by question.
+    A sample is the first `sample` positions of a seeded shuffle, so a larger sample of one
+    seed holds every question of a smaller one (a run grows without re-asking); it keeps
+    the file order so runs over the same seed line up question by question.
     """
     if limit is not None and sample is not None:
         raise DataError("Give either a limit or a sample, not both.")
@@ -463,7 +465,9 @@ def select(
     if sample is not None:
         if sample >= len(questions):
             return list(questions)
-        chosen = sorted(random.Random(seed).sample(range(len(questions)), max(sample, 0)))
+        order = list(range(len(questions)))
+        random.Random(seed).shuffle(order)
+        chosen = sorted(order[: max(sample, 0)])
         return [questions[i] for i in chosen]
     return list(questions)
 

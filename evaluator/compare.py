@@ -1,12 +1,23 @@
-"""Two or more runs side by side: EM per dataset, averages, and each run's protocol line."""
+"""Two or more runs side by side: EM ± SE per dataset, averages, and each run's protocol
+line; and two runs paired question by question (`paired_report`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from evaluator.report import difference, markdown_table, number, sets, signed, summarize_run
-from evaluator.rundir import dataset_order
+from evaluator.report import (
+    difference,
+    markdown_table,
+    number,
+    protocol_line,
+    sets,
+    signed,
+    summarize_run,
+    with_se,
+)
+from evaluator.rundir import dataset_order, load_run
+from evaluator.stats import average_se, paired_runs
 
 
 def _labels(paths: Sequence[Path]) -> list[str]:
@@ -26,26 +37,61 @@ def compare_runs(dirs: Sequence[str | Path]) -> str:
     two = len(summaries) == 2
     header = ["dataset", *labels] + ([f"Δ ({labels[1]} − {labels[0]})"] if two else [])
 
-    def row(label: str, values: list[float | None], marks: list[str]) -> list[str]:
-        cells = [label] + [number(v) + m for v, m in zip(values, marks, strict=True)]
+    def row(label: str, stats: list[dict | None], marks: list[str]) -> list[str]:
+        cells = [label] + [(with_se(st, "em") if st else "-") + m
+                           for st, m in zip(stats, marks, strict=True)]
         if two:
+            values = [st["em"] if st else None for st in stats]
             cells.append(signed(difference(values[1], values[0])))
         return cells
 
     rows = []
     for name in names:
         stats = [s["datasets"].get(name) for s in summaries]
-        values = [st["em"] if st else None for st in stats]
         marks = ["*" if st and not st["complete"] else "" for st in stats]
-        rows.append(row(name, values, marks))
+        rows.append(row(name, stats, marks))
     blank = [""] * len(summaries)
-    rows.append(row("**avg (each run's sets)**", [s["macro"]["em"] for s in summaries], blank))
+    rows.append(row("**avg (each run's sets)**", [s["macro"] for s in summaries], blank))
     if shared and shared != names:
-        means = [sum(s["datasets"][n]["em"] for n in shared) / len(shared) for s in summaries]
+        means = [{"em": sum(s["datasets"][n]["em"] for n in shared) / len(shared),
+                  "em_se": average_se([s["datasets"][n]["em_se"] for n in shared])}
+                 for s in summaries]
         rows.append(row(f"**avg (shared: {sets(len(shared))})**", means, blank))
-    out = ["EM by dataset", "", markdown_table(header, rows), ""]
+    out = ["EM ± SE by dataset (not paired: `report --paired A B` compares two runs "
+           "question by question)", "", markdown_table(header, rows), ""]
     out += [f"{label}: {s['protocol']}" for label, s in zip(labels, summaries, strict=True)]
     if any("*" in cell for r in rows for cell in r):
         out.append("* partial: the run has not finished that dataset, or some of its "
                    "questions ended in an error (not scored; re-running resumes them).")
     return "\n".join(out) + "\n"
+
+
+def paired_report(dir_a: str | Path, dir_b: str | Path) -> str:
+    """Run B against run A on the questions both scored, per dataset and pooled: EM of each,
+    the difference B - A with its paired SE, the questions only one run got right, and the
+    exact McNemar p-value. A ValueError when the runs share no dataset or a question id
+    names different questions."""
+    run_a, run_b = load_run(dir_a), load_run(dir_b)
+    a, b = _labels([Path(dir_a), Path(dir_b)])
+    results = paired_runs(run_a.records, run_b.records)
+    if not results:
+        raise ValueError(f"{a} and {b} share no dataset with results "
+                         f"({a}: {', '.join(run_a.records) or 'none'}; "
+                         f"{b}: {', '.join(run_b.records) or 'none'}).")
+    header = ["dataset", "n common", f"EM {a}", f"EM {b}", f"Δ ({b} − {a}) ± SE",
+              f"right only in {a}", f"right only in {b}", "McNemar p"]
+    rows = []
+    for name, result in results.items():
+        label = "**all (pooled)**" if name == "all" else name
+        diff = "-" if result.diff is None else signed(result.diff) + (
+            "" if result.diff_se is None else f" ± {number(result.diff_se)}")
+        rows.append([label, str(result.n), number(result.em_a), number(result.em_b), diff,
+                     str(result.only_a), str(result.only_b), f"{result.p_value:.3g}"])
+    notes = ["Paired on the question ids both runs scored (a question that errored in either "
+             "run is left out). SE: the sample standard error of the per-question "
+             "differences. p: exact McNemar test (two-sided binomial test of the questions "
+             "only one run got right, at one half).",
+             f"{a}: {protocol_line(run_a.settings)}",
+             f"{b}: {protocol_line(run_b.settings)}"]
+    return "\n".join([f"Paired EM: {a} vs {b}", "", markdown_table(header, rows), "",
+                      *notes]) + "\n"

@@ -16,15 +16,25 @@ from typing import Any
 
 from evaluator.benchmarks import BENCHMARKS
 from evaluator.metrics import normalize_answer
-from evaluator.paper import load_paper_results, paper_mean, paper_row
+from evaluator.paper import (
+    dataset_differences,
+    load_paper_results,
+    paper_mean,
+    paper_row,
+    run_differences,
+)
 from evaluator.rundir import load_run, save_summary
 from evaluator.summary import summarize
 
 AVERAGE_ROWS = (("macro", "macro avg"), ("in_domain", "in-domain"),
                 ("out_of_domain", "out-of-domain"))
-CSV_COLUMNS = ("row", "n", "expected", "errored", "em", "sub_em", "f1", "retrieval_recall",
-               "answered", "searches", "turns", "invalid_actions", "new_tokens", "seconds",
+CSV_COLUMNS = ("row", "n", "expected", "errored", "em", "em_se", "sub_em", "sub_em_se", "f1",
+               "f1_se", "retrieval_recall", "retrieval_recall_se", "answered", "answered_se",
+               "searches", "searches_se", "turns", "invalid_actions", "new_tokens", "seconds",
                "paper_em", "em_diff")
+SE_NOTE = ("± one standard error: binomial, sqrt(p(1-p)/n), for EM, sub-EM and answered; the "
+           "sample SE of the mean for F1 and searches; an average over datasets combines "
+           "its datasets' SEs as sqrt(sum SE^2)/k.")
 
 
 # ---------------------------------------------------------------------------- summary
@@ -115,24 +125,39 @@ def summarize_run(run_dir: str | Path) -> dict[str, Any]:
     run = load_run(run_dir)
     summary = summarize(run.records)
     row = paper_row(run.settings.get("model"))
+    run_level = run_differences(run.settings) if row else []
+    differences = list(run_level)
+    comparable: set[str] = set()
     for name, stats in summary["datasets"].items():
         mark_completion(stats, expected_count(name, run.settings))
-        paper_em = row["em"].get(name) if row else None
-        stats["paper_em"] = paper_em
-        stats["em_diff"] = difference(stats["em"], paper_em)
+        if row is None or name not in row["em"]:
+            stats["paper_em"] = stats["em_diff"] = None
+            continue
+        bench = BENCHMARKS.get(name)
+        own = dataset_differences(name, run.settings, stats, bench.split if bench else None,
+                                  bench.size if bench else None)
+        differences += own
+        if not run_level and not own:
+            comparable.add(name)
+        # The published figure and the difference only where the run matches the paper.
+        stats["paper_em"] = row["em"][name] if name in comparable else None
+        stats["em_diff"] = difference(stats["em"], stats["paper_em"])
     for key, _ in AVERAGE_ROWS:
         stats = summary[key]
-        paper_em = paper_mean(row, stats["datasets"]) if row else None
-        stats["paper_em"] = paper_em
-        stats["em_diff"] = difference(stats["em"], paper_em)
+        matched = bool(stats["datasets"]) and all(n in comparable for n in stats["datasets"])
+        stats["paper_em"] = paper_mean(row, stats["datasets"]) if row and matched else None
+        stats["em_diff"] = difference(stats["em"], stats["paper_em"])
     missing = [str(n) for n in run.settings.get("datasets", []) if n not in summary["datasets"]]
     summary["run"] = run.name
     summary["settings"] = run.settings
     summary["protocol"] = protocol_line(run.settings)
+    summary["provenance"] = run.settings.get("provenance") or []
     summary["paper"] = None if row is None else {
         "label": row["label"],
         "source": load_paper_results()["source"],
         "note": row.get("note"),
+        "comparable": sorted(comparable, key=list(summary["datasets"]).index),
+        "not_comparable": differences,
     }
     summary["errored"] = sum(s["errored"] for s in summary["datasets"].values())
     summary["first_error"] = next((s["first_error"] for s in summary["datasets"].values()
@@ -176,17 +201,95 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def with_se(stats: Mapping[str, Any], key: str, digits: int = 3) -> str:
+    """`0.750 ± 0.022`: a mean and its standard error (`-` for a missing one)."""
+    value, se = stats.get(key), stats.get(f"{key}_se")
+    if value is None:
+        return "-"
+    return number(value, digits) + ("" if se is None else f" ± {number(se, digits)}")
+
+
+def _short(digest: Any) -> str:
+    return f"{digest[:16]}…" if isinstance(digest, str) else "none"
+
+
+def _model_line(model: Mapping[str, Any]) -> str:
+    if model.get("source") == "local":
+        return (f"{model.get('id')} (local {model.get('path')}; weights sha256 "
+                f"{_short(model.get('content_sha256'))}, {model.get('weight_files', 0)} files)")
+    if model.get("source") == "hub":
+        return f"{model.get('id')} (hub, revision {model.get('revision') or 'unknown'})"
+    return f"{model.get('id')} (served by {model.get('base_url')}; revision unknown)"
+
+
+def _retriever_line(retriever: Mapping[str, Any]) -> str:
+    if "url" in retriever:
+        health = retriever.get("health")
+        said = ", ".join(f"{k} {health[k]}" for k in ("engine", "num_docs", "index")
+                         if isinstance(health, Mapping) and k in health)
+        line = f"server {retriever['url']}; /health: {said or retriever.get('health_note')}"
+        return line + (f"; {retriever['stated']}" if retriever.get("stated") else "")
+    corpus = retriever.get("corpus")
+    documents = retriever.get("documents")
+    parts = [f"{retriever.get('engine')}"
+             + (f" ({retriever['encoder']})" if retriever.get("encoder") else ""),
+             f"{documents:,} passages" if isinstance(documents, int) else "passages unknown"]
+    if corpus:
+        parts.append(f"corpus {corpus.get('name')} ({corpus.get('path')}, sha256 "
+                     f"{_short(corpus.get('sha256'))})")
+    index = retriever.get("index")
+    if index:
+        parts.append(f"index {index.get('path') or index.get('name')}"
+                     + (f" (sha256 {_short(index['sha256'])})" if index.get("sha256") else ""))
+    return "; ".join(parts)
+
+
+def provenance_lines(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The provenance of a run as Markdown list items: the first session in full, then what
+    changed in each later one (full hashes are in settings.json and summary.json)."""
+    if not entries:
+        return ["Provenance: not recorded (a run from before provenance was stored, or one "
+                "made by the Evaluate tab)."]
+    first = entries[0]
+    studio = first.get("studio", {})
+    if studio.get("git_commit"):
+        git = f"git {studio['git_commit'][:12]}" + (
+            " with uncommitted changes" if studio.get("git_dirty") else "")
+    else:
+        git = studio.get("git_note", "no git commit")
+    packages = ", ".join(f"{k} {v}" for k, v in first.get("packages", {}).items())
+    lines = [f"Provenance (started {first.get('date')}; full hashes in settings.json):",
+             f"- model: {_model_line(first.get('model', {}))}",
+             f"- studio: {studio.get('version')}, {git}",
+             f"- packages: {packages}",
+             f"- device: {first.get('device')}",
+             f"- retriever: {_retriever_line(first.get('retriever', {}))}"]
+    for name, data in (first.get("data") or {}).items():
+        where = data.get("path") or f"{data.get('dataset')} ({data.get('config')})"
+        lines.append(f"- data {name}: {where}, split {data.get('split') or 'not recorded'}"
+                     + (f", sha256 {_short(data['sha256'])}" if data.get("sha256") else ""))
+    for before, entry in zip(entries, entries[1:], strict=False):
+        changed = [k for k in entry if k != "date" and entry.get(k) != before.get(k)]
+        lines.append(f"- resumed {entry.get('date')} with another {', '.join(changed)}"
+                     " (settings.json lists each session)")
+    return lines
+
+
 def render_markdown(summary: Mapping[str, Any]) -> str:
-    """The summary as a markdown table with the protocol line (fine in a terminal too)."""
+    """The summary as a markdown table (each mean ± its standard error) with the protocol
+    line, the paper's figures where the run matches its setting (else what differs), and
+    the provenance (fine in a terminal too)."""
     paper = summary.get("paper")
+    shown = bool(paper and paper.get("comparable"))
     header = ["dataset", "n", "EM", "sub-EM", "F1", "answered", "searches"]
-    if paper:
+    if shown:
         header += ["paper EM", "Δ EM"]
 
     def cells(label: str, stats: Mapping[str, Any], count: str) -> list[str]:
-        row = [label, count, number(stats["em"]), number(stats["sub_em"]), number(stats["f1"]),
-               number(stats["answered"]), number(stats["searches"], 2)]
-        if paper:
+        row = [label, count, with_se(stats, "em"), with_se(stats, "sub_em"),
+               with_se(stats, "f1"), with_se(stats, "answered"),
+               with_se(stats, "searches", 2)]
+        if shown:
             row += [number(stats.get("paper_em")), signed(stats.get("em_diff"))]
         return row
 
@@ -201,19 +304,23 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         if stats["datasets"]:
             rows.append(cells(f"**{label}** ({sets(len(stats['datasets']))})", stats,
                               str(stats["n"])))
-    out.append(markdown_table(header, rows))
+    out += [markdown_table(header, rows), "", SE_NOTE]
     failed = [f"{name}: " + ", ".join(f"{why} {count}" for why, count in s["failures"].items())
               for name, s in summary["datasets"].items() if s["failures"]]
     if failed:
         out += ["", "Failures: " + "; ".join(failed) + "."]
     if paper:
-        out += ["", f"Paper: {paper['label']}, {paper['source']}; averages of the paper's figures "
-                    "over the same datasets."]
-        settings = summary.get("settings", {})
-        if settings.get("limit") is not None or settings.get("sample") is not None:
-            out.append("The paper scored full splits; a subset's EM is only an estimate of it.")
-        if paper.get("note"):
+        out.append("")
+        if shown:
+            out.append(f"Paper: {paper['label']}, {paper['source']}, shown for "
+                       f"{', '.join(paper['comparable'])}; averages of the paper's figures "
+                       "over the same datasets.")
+        if paper.get("not_comparable"):
+            out.append(f"Paper ({paper['label']}): not comparable: "
+                       + "; ".join(paper["not_comparable"]) + ".")
+        if shown and paper.get("note"):
             out.append(f"Note: {paper['note']}")
+    out += ["", *provenance_lines(summary.get("provenance") or [])]
     return "\n".join(out) + "\n"
 
 

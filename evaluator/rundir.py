@@ -1,8 +1,13 @@
 """The run directory `runs/NAME/`: the one module that reads or writes one.
 
 - `settings.json`: what the numbers depend on (`run_settings`, built here for the CLI and
-  the Evaluate tab alike). A stored run with other settings is refused, never mixed.
-  It carries `RUN_MARKER`: only a directory whose settings.json has it is one of ours.
+  the Evaluate tab alike). A stored run with other settings is refused, never mixed,
+  except that a run grows: a larger `--limit` or `--sample` (same seed), or the full
+  split, selects a superset of its questions, so the run continues (`selection_change`).
+  A smaller selection is refused: a run never shrinks. Its `provenance` lists where the
+  numbers come from, one entry per session whose environment differed from the last
+  (`with_provenance`). It carries `RUN_MARKER`: only a directory whose settings.json has
+  it is one of ours.
 - `<dataset>.jsonl`: one `Record` per finished question, appended as it finishes. A kill
   can cut the last line: `repair_tail` drops it before appending, `read_jsonl` skips it.
   A damaged line elsewhere is skipped too (`damaged_lines` names it) and left in place.
@@ -27,7 +32,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +41,14 @@ from agent.loop import AgentSettings
 from evaluator.benchmarks import BENCHMARK_NAMES, BENCHMARKS, Question
 from evaluator.metrics import score_prediction
 
-# Settings that change the numbers: a stored run with other values is not resumed.
+# Settings that change the numbers: a stored run with other values is not resumed. The
+# selection (`limit`, `sample`) may grow instead (`selection_change`).
 COMPARED = ("model", "backend", "retriever", "max_turns", "topk", "max_new_tokens",
-            "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "limit", "sample",
-            "stop_on_eos", "on_context_full")
+            "max_obs_tokens", "greedy", "temperature", "top_p", "seed", "stop_on_eos",
+            "on_context_full")
+# How `evaluator.benchmarks.select` draws `--sample N`: the first N of a seeded shuffle, so a
+# larger sample of one seed holds every question of a smaller one. Stored with a sample.
+SAMPLE_RULE = "seeded shuffle, first N"
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
 # In every settings.json this module writes; a directory without it is not ours to change.
 RUN_MARKER = ("written_by", "evaluator")
@@ -228,7 +237,9 @@ def run_settings(model: str, backend: str, retriever: str, settings: AgentSettin
               "max_new_tokens": settings.max_new_tokens,
               "max_obs_tokens": settings.max_obs_tokens, "greedy": settings.greedy,
               "temperature": settings.temperature, "top_p": settings.top_p, "seed": seed,
-              "limit": limit, "sample": sample, "stop_on_eos": settings.stop_on_eos,
+              "limit": limit, "sample": sample,
+              "sample_rule": SAMPLE_RULE if sample is not None else None,
+              "stop_on_eos": settings.stop_on_eos,
               "on_context_full": settings.on_context_full, "datasets": list(datasets)}
     if expected is not None:
         stored["expected"] = dict(expected)
@@ -314,6 +325,12 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
     ours = [p for p in ours if p.is_file()]
     if overwrite:
         return RunDirPlan(run_dir, settings, tuple(ours))
+    if stored.get("sample") is not None and stored.get("sample_rule") != SAMPLE_RULE:
+        raise RunMismatch(
+            f"{run_dir} holds a --sample run drawn by an earlier rule, so this version would "
+            "draw other questions for it. Use another --output, or --overwrite to discard "
+            "that run's results.")
+    grows = selection_change(stored, settings, run_dir) == "grow"
     diffs = [f"{k}: stored {stored.get(k)!r}, now {settings.get(k)!r}"
              for k in COMPARED if stored.get(k) != settings.get(k)]
     if diffs:
@@ -321,6 +338,14 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
             f"{run_dir} holds a run with other settings ({'; '.join(diffs)}). Use another "
             "--output, or --overwrite to discard that run's results (its settings.json, "
             "<dataset>.jsonl files and summaries; nothing else in the directory).")
+    if grows:
+        left_out = [n for n in stored_names if n not in settings.get("datasets", [])]
+        if left_out:
+            raise RunMismatch(
+                f"{run_dir} would grow from {describe_selection(stored)} to "
+                f"{describe_selection(settings)}, but a run grows as a whole and this command "
+                f"leaves out {', '.join(left_out)}: name every dataset of the run "
+                f"(--datasets {','.join(dict.fromkeys([*stored_names, *settings['datasets']]))}).")
     foreign = [run_dir / f"{n}.jsonl" for n in settings.get("datasets", [])
                if n not in stored_names and (run_dir / f"{n}.jsonl").exists()]
     if foreign:
@@ -331,8 +356,60 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
               "datasets": list(dict.fromkeys([*stored_names, *settings.get("datasets", [])]))}
     if "expected" in stored or "expected" in settings:
         merged["expected"] = {**stored.get("expected", {}), **settings.get("expected", {})}
+    if isinstance(stored.get("provenance"), list):
+        merged["provenance"] = stored["provenance"]
     stale = tuple(p for p in ours if p.name in SUMMARY_FILES)  # once more results come in
     return RunDirPlan(run_dir, merged, stale)
+
+
+def _selection(settings: Mapping[str, Any]) -> tuple[str, int | None]:
+    if settings.get("limit") is not None:
+        return "limit", int(settings["limit"])
+    if settings.get("sample") is not None:
+        return "sample", int(settings["sample"])
+    return "all", None
+
+
+def describe_selection(settings: Mapping[str, Any]) -> str:
+    kind, count = _selection(settings)
+    if kind == "limit":
+        return f"the first {count} questions per dataset (--limit {count})"
+    if kind == "sample":
+        return (f"a sample of {count} questions per dataset, seed {settings.get('seed')} "
+                f"(--sample {count})")
+    return "every question of each dataset (no --limit or --sample)"
+
+
+def selection_change(stored: Mapping[str, Any], new: Mapping[str, Any],
+                     run_dir: str | Path = "RUN") -> str | None:
+    """None when `new` selects the same questions as `stored`; "grow" when it selects a
+    superset (a larger limit, a larger sample of the same seed, or the full split), so the
+    run continues; RunMismatch when it would select fewer or other questions."""
+    before, after = _selection(stored), _selection(new)
+    if before == after:
+        return None
+    if after[0] == "all" or (before[0] == after[0] and after[1] > before[1]):  # type: ignore
+        return "grow"
+    if after[0] == before[0] or before[0] == "all":
+        raise RunMismatch(
+            f"{run_dir} holds {describe_selection(stored)}; {describe_selection(new)} would "
+            "select fewer, and a run never shrinks. Report on it as it is (python -m "
+            f"evaluator report {run_dir}), raise the value to grow it, or use another "
+            "--output.")
+    raise RunMismatch(
+        f"{run_dir} holds {describe_selection(stored)}; {describe_selection(new)} is another "
+        "selection rule and would pick other questions. Keep the run's rule (a larger "
+        "value grows it), or use another --output (--overwrite discards the run).")
+
+
+def with_provenance(plan: RunDirPlan, entry: Mapping[str, Any]) -> RunDirPlan:
+    """The plan with this session's provenance: appended to the run's list unless it is the
+    same as the last entry apart from the date (a plain resume adds nothing)."""
+    history = [p for p in plan.settings.get("provenance", []) if isinstance(p, dict)]
+    undated = {k: v for k, v in entry.items() if k != "date"}
+    if not history or {k: v for k, v in history[-1].items() if k != "date"} != undated:
+        history.append(dict(entry))
+    return replace(plan, settings={**plan.settings, "provenance": history})
 
 
 def _is_dataset_name(name: Any) -> bool:

@@ -1,5 +1,6 @@
-"""A run's records summed up: per-dataset means of the metrics and costs, failure counts,
-and unweighted averages over datasets (macro, in-domain, out-of-domain).
+"""A run's records summed up: per-dataset means of the metrics and costs with their
+standard errors (`<key>_se`, as `evaluator.stats` computes them), failure counts, and
+unweighted averages over datasets (macro, in-domain, out-of-domain).
 
 Pure functions over `Record`s: no I/O (the run directory is `evaluator.rundir`'s).
 """
@@ -13,6 +14,7 @@ from typing import Any
 from evaluator.benchmarks import IN_DOMAIN, OUT_OF_DOMAIN
 from evaluator.metrics import METRIC_KEYS
 from evaluator.rundir import Record
+from evaluator.stats import average_se, metric_se
 
 # Per-question counters averaged per dataset, keyed by their record field.
 COST_KEYS = ("searches", "turns", "invalid_actions", "new_tokens", "seconds")
@@ -29,7 +31,8 @@ def errored(record: Record) -> bool:
 
 
 def aggregate(records: Sequence[Record]) -> dict[str, Any]:
-    """Per-dataset means of the metrics and costs, the answered rate and failure counts.
+    """Per-dataset means of the metrics and costs (each with `<key>_se`, its standard error),
+    the answered rate and failure counts.
 
     Errored questions are not scored: `n` counts the scored ones, `errored` the others, and
     `first_error` is the first errored question's message (None when none errored).
@@ -38,11 +41,12 @@ def aggregate(records: Sequence[Record]) -> dict[str, Any]:
     failed = [r for r in records if errored(r)]
     out: dict[str, Any] = {"n": len(scored), "errored": len(failed),
                            "first_error": next((r.error or "no message" for r in failed), None)}
-    for key in METRIC_KEYS:
-        out[key] = _mean([float(r.metrics[key]) for r in scored])
-    out["answered"] = _mean([float(r.answered) for r in scored])
-    for key in COST_KEYS:
-        out[key] = _mean([float(getattr(r, key) or 0) for r in scored])
+    values = {key: [float(r.metrics[key]) for r in scored] for key in METRIC_KEYS}
+    values["answered"] = [float(r.answered) for r in scored]
+    values.update({key: [float(getattr(r, key) or 0) for r in scored] for key in COST_KEYS})
+    for key, column in values.items():
+        out[key] = _mean(column)
+        out[f"{key}_se"] = metric_se(key, column)
     failures = Counter(r.failure for r in scored if r.failure)
     out["failures"] = dict(sorted(failures.items()))
     return out
@@ -52,7 +56,8 @@ AVERAGE_KEYS = (*METRIC_KEYS, "answered", *COST_KEYS)
 
 
 def average(per_dataset: Mapping[str, Mapping[str, Any]], names: Iterable[str]) -> dict[str, Any]:
-    """Unweighted mean over the named datasets that are present (each set counts once)."""
+    """Unweighted mean over the named datasets that are present (each set counts once), and
+    its standard error from theirs (`evaluator.stats.average_se`)."""
     present = [name for name in names if name in per_dataset and per_dataset[name]["n"]]
     out: dict[str, Any] = {"datasets": present, "n": sum(per_dataset[d]["n"] for d in present),
                            "errored": sum(per_dataset[d].get("errored", 0) for d in names
@@ -60,6 +65,7 @@ def average(per_dataset: Mapping[str, Mapping[str, Any]], names: Iterable[str]) 
     for key in AVERAGE_KEYS:
         values = [per_dataset[d][key] for d in present if per_dataset[d][key] is not None]
         out[key] = _mean(values)
+        out[f"{key}_se"] = average_se([per_dataset[d].get(f"{key}_se") for d in present])
     return out
 
 

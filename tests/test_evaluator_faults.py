@@ -374,5 +374,5 @@ def test_compare_with_a_dataset_whose_every_question_errored(tmp_path, local_ret
                       max_consecutive_errors=0))
         runs.append(run)
     text = compare_runs(runs)
-    assert "| nq | 0.500 | -* | - |" in text  # no EM for 0 scored questions, never 0.000
+    assert "| nq | 0.500 ± 0.250 | -* | - |" in text  # no EM for 0 scored, never 0.000
     assert "avg (shared" not in text and "ended in an error" in text

@@ -157,10 +157,15 @@ def test_summarize_run(run_a: Path) -> None:
     assert summary["macro"]["em"] == pytest.approx(0.625)
     assert summary["in_domain"]["em"] == 0.75
     assert summary["out_of_domain"]["em"] == 0.5
-    assert nq["paper_em"] == 0.483
-    assert nq["em_diff"] == pytest.approx(0.75 - 0.483)
-    assert summary["macro"]["paper_em"] == pytest.approx((0.483 + 0.395) / 2)
+    # A 4-question subset with no recorded retriever is not the paper's setting: no
+    # published figure, no difference, and the reasons instead.
+    assert nq["paper_em"] is None and nq["em_diff"] is None
+    assert summary["macro"]["paper_em"] is None
     assert summary["paper"]["label"] == "Qwen2.5-3B-Base LLDS-MA (A)"
+    assert summary["paper"]["comparable"] == []
+    reasons = summary["paper"]["not_comparable"]
+    assert any(r.startswith("retriever: not recorded") for r in reasons)
+    assert "the first 4 questions per dataset, not the full split" in reasons
 
 
 def test_write_summary_files(run_a: Path) -> None:
@@ -169,16 +174,19 @@ def test_write_summary_files(run_a: Path) -> None:
     assert data["datasets"]["nq"]["em"] == 0.75
     rows = list(csv.DictReader(io.StringIO((run_a / "summary.csv").read_text())))
     assert [r["row"] for r in rows] == ["nq", "bamboogle", "macro", "in_domain", "out_of_domain"]
-    assert float(rows[0]["paper_em"]) == 0.483
-    assert rows[1]["em_diff"] == "0.105"  # rounded: no float noise in the CSV
+    assert rows[0]["paper_em"] == rows[1]["em_diff"] == ""  # not the paper's setting
+    assert rows[0]["em_se"] == "0.216506"  # sqrt(.75 * .25 / 4), rounded: no float noise
+    assert rows[0]["f1_se"] == "0.25"  # sample SE of (1, 1, 1, 0)
     markdown = (run_a / "summary.md").read_text()
     assert "first 4 per dataset (FlashRAG protocol)" in markdown
-    assert "| nq | 4 | 0.750 | 0.750 | 0.750 | 1.000 | 1.00 | 0.483 | +0.267 |" in markdown
-    assert "| **macro avg** (2 sets) | 8 | 0.625 |" in markdown
+    assert ("| nq | 4 | 0.750 ± 0.217 | 0.750 ± 0.217 | 0.750 ± 0.250 | 1.000 ± 0.000 | "
+            "1.00 ± 0.00 |") in markdown
+    assert "| **macro avg** (2 sets) | 8 | 0.625 ± 0." in markdown
     assert "| **in-domain** (1 set) |" in markdown
-    assert "paper EM | Δ EM" in markdown
-    assert "only an estimate" in markdown  # a subset against the paper's full splits
-    assert "0.430" in markdown  # the MA average caveat
+    assert "paper EM" not in markdown
+    assert "Paper (Qwen2.5-3B-Base LLDS-MA (A)): not comparable: retriever: not recorded" \
+        in markdown
+    assert "the first 4 questions per dataset, not the full split" in markdown
     assert "bamboogle: max_turns 1, no_answer 1" in markdown
 
 
@@ -204,10 +212,10 @@ def test_compare_runs(run_a: Path, tmp_path: Path) -> None:
                        {"nq": _nq(1, 4)})
     text = compare_runs([run_a, run_b])
     assert "| dataset | flagship | baseline | Δ (baseline − flagship) |" in text
-    assert "| nq | 0.750 | 0.250 | -0.500 |" in text
-    assert "| bamboogle | 0.500 | - | - |" in text
-    assert "| **avg (each run's sets)** | 0.625 | 0.250 | -0.375 |" in text
-    assert "| **avg (shared: 1 set)** | 0.750 | 0.250 | -0.500 |" in text
+    assert "| nq | 0.750 ± 0.217 | 0.250 ± 0.217 | -0.500 |" in text
+    assert "| bamboogle | 0.500 ± 0.250 | - | - |" in text
+    assert "| **avg (each run's sets)** | 0.625 ± 0.165 | 0.250 ± 0.217 | -0.375 |" in text
+    assert "| **avg (shared: 1 set)** | 0.750 ± 0.217 | 0.250 ± 0.217 | -0.500 |" in text
     assert "flagship: Protocol: first 4" in text
 
 
@@ -217,7 +225,7 @@ def test_compare_three_runs_same_names(tmp_path: Path) -> None:
     text = compare_runs(dirs)
     assert "Δ" not in text
     assert str(tmp_path / "a" / "run") in text  # labels fall back to full paths
-    assert "0.000 | 0.333 | 0.667" in text
+    assert "0.000 ± 0.000 | 0.333 ± 0.272 | 0.667 ± 0.272" in text
     assert "* partial" in text
 
 
