@@ -38,6 +38,7 @@ class ModelInfo:
     description: str = ""
     base: str = ""
     size: str = ""
+    parameters: int = 0  # a hub model's parameter count (its model card's); 0: unknown
     path: str = ""  # a directory of this repository (relative to its root); "" for hub ids
 
     @property

@@ -13,7 +13,8 @@ slow one (`--no-warm-up` skips this).
 
 Bound beyond loopback (`--host 0.0.0.0`) or with `--share`, visitors may load only the
 registry's models and those named here, and no server paths (`app.ui.access`), unless
-`--allow-local-paths`.
+`--allow-local-paths`; and only the models this machine's free memory and disk hold
+(`app.resources`; `--memory-budget-gb` caps the memory, exposed or not).
 """
 
 from __future__ import annotations
@@ -39,6 +40,19 @@ def port_number(value: str) -> int:
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a port (1-65535): fix --port, GRADIO_SERVER_PORT or PORT")
     return port
+
+
+def budget_gb(value: str) -> float:
+    """argparse `type` of --memory-budget-gb: a positive number of GB."""
+    try:
+        size = float(value)
+    except ValueError:
+        size = 0.0
+    if not 0 < size < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a memory size in GB (a positive number, e.g. 15): fix "
+            "--memory-budget-gb or LLDS_MEMORY_BUDGET_GB")
+    return size
 
 
 def default_port() -> str:
@@ -73,6 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "any data directory; RISK: anyone who reaches the page can then "
                             "read datasets on this machine and fill its disk and memory "
                             "(env LLDS_ALLOW_LOCAL_PATHS)")
+    group.add_argument("--memory-budget-gb", type=budget_gb,
+                       default=env("LLDS_MEMORY_BUDGET_GB") or None,
+                       help="memory the models may take, in GB (RAM on a CPU, GPU memory on "
+                            "a GPU); default: what is free when a model loads. Exposed, or "
+                            "with this set, models that don't fit are shown unavailable and "
+                            "refused (env LLDS_MEMORY_BUDGET_GB)")
     group.add_argument("--concurrency", type=int, default=int(env("LLDS_CONCURRENCY", "4")),
                        help="runs the queue serves at once (env LLDS_CONCURRENCY)")
     group.add_argument("--no-warm-up", action="store_true",
@@ -91,6 +111,17 @@ def studio_plan(args: argparse.Namespace):
     return pair, access
 
 
+def studio_capacity(args: argparse.Namespace, access):
+    """The hardware check (`app.resources.Capacity`) for a studio that runs its models here
+    and is exposed or given a memory budget; None otherwise (on loopback the operator loads
+    what they like)."""
+    if args.backend != "transformers" or not (access.exposed or args.memory_budget_gb):
+        return None
+    from app.resources import Capacity
+
+    return Capacity.for_launch(args.device, args.memory_budget_gb)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from agent.config import backend_options, make_retriever
@@ -102,7 +133,8 @@ def main(argv: list[str] | None = None) -> None:
     retriever = make_retriever(args)
     demo = build_app(backend_options(args).load, retriever, default_model=args.model,
                      baseline_model=pair[0], concurrency=args.concurrency,
-                     access=access, compare_pair=pair)
+                     access=access, compare_pair=pair,
+                     capacity=studio_capacity(args, access))
     if not args.no_warm_up:  # while the page loads
         studio = demo.studio  # type: ignore[attr-defined]
         if is_nano(args.model):  # small enough to load and run at once, on a CPU

@@ -55,8 +55,10 @@ class Studio:
 
     def model_choices(self) -> list[tuple[str, str]]:
         """The registry's models that are here (a shipped model whose files are missing is
-        left out), and the models the operator named."""
-        choices = [(m.label, m.id) for m in registry() if m.available]
+        left out), and the models the operator named; a model this machine can't hold is
+        labelled unavailable, with the reason (the pool refuses to load it)."""
+        choices = [(unavailable_label(m.label, self.pool.hardware_problem(m.id)), m.id)
+                   for m in registry() if m.available]
         named = [self.default_model, self.baseline_model, *(self.compare_pair or ()),
                  *sorted(self.access.named)]
         for extra in dict.fromkeys(reversed(named)):
@@ -73,7 +75,10 @@ class Studio:
         count = parameter_count(model)
         size = f"{count / 1e6:.1f}M parameters" if count else (
             f"{info.size} parameters" if info.size else "")
-        return f"_{' · '.join(p for p in (info.method, size) if p)}_ — {info.description}"
+        problem = self.pool.hardware_problem(model)
+        warning = f"**Unavailable on this machine:** {problem}.\n\n" if problem else ""
+        return (f"{warning}_{' · '.join(p for p in (info.method, size) if p)}_ — "
+                f"{info.description}")
 
     def model_picker(self, value: str, label: str, elem_id: str) -> gr.Dropdown:
         return model_picker(self.model_choices(), value, label, elem_id,
@@ -87,6 +92,11 @@ class Studio:
     def first_example(self) -> str:
         """The first question the studio suggests (the Compare tab starts with it)."""
         return (self.nano_examples() or CORPUS_EXAMPLES)[0]
+
+
+def unavailable_label(name: str, problem: str | None) -> str:
+    """A picker entry's label: the model's, or marked unavailable with the reason."""
+    return f"⛔ {name} — unavailable: {problem}" if problem else name
 
 
 def session_of(request: gr.Request | None) -> str:

@@ -6,7 +6,9 @@ No gradio import here: the browser-free tests drive these functions directly.
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
 from agent.models import label
+from app.hardware import Room, evictions, misfit
+from app.resources import Capacity
 
 BackendFactory = Callable[[str], Backend]
 # One model load at a time in this process: transformers' loader sets process-wide state
@@ -101,6 +105,7 @@ class _Slot:
     state: str = "not loaded"  # not loaded, loading, ready, failed
     detail: str = ""
     last_used: float = 0.0
+    memory: int = 0  # bytes the loaded model takes, by estimate (0: not measured)
 
 
 class ModelPool:
@@ -108,14 +113,18 @@ class ModelPool:
 
     `per_model` runs may use one model at once (1: a run holds the model for all its
     turns, so its KV cache stays valid); `max_loaded` models stay in memory, the least
-    recently used idle one is dropped to make room.
+    recently used idle one is dropped to make room. With a `capacity`, each load is checked
+    against the memory and disk free at that moment, and least recently used idle models
+    are dropped until the new one fits; one that can't fit is refused with the reason.
     """
 
     def __init__(self, factory: BackendFactory, per_model: int = 1, max_loaded: int = 2,
-                 check: Callable[[str], str | None] | None = None):
+                 check: Callable[[str], str | None] | None = None,
+                 capacity: Capacity | None = None):
         self.factory = factory
         # Why a model may not be loaded here (the studio's access policy), or None.
         self.check = check
+        self.capacity = capacity
         self.per_model = per_model
         self.max_loaded = max_loaded
         self._slots: dict[str, _Slot] = {}
@@ -158,7 +167,8 @@ class ModelPool:
             slot.state, slot.detail = "loading", ""
             self._evict(keep=model)
             try:
-                with LOAD_LOCK:
+                with LOAD_LOCK:  # one load at a time: the room it measures stays its own
+                    slot.memory = self._make_room(model)
                     backend = self.factory(model)
             except ModelLoadError as err:
                 slot.state, slot.detail = "failed", str(err)
@@ -182,6 +192,56 @@ class ModelPool:
                 finally:
                     slot.busy.release()
 
+    def held(self) -> int:
+        """Bytes the loaded models take, by estimate."""
+        with self._lock:
+            return sum(s.memory for s in self._slots.values() if s.backend is not None)
+
+    def hardware_problem(self, model: str) -> str | None:
+        """Why `model` can't be loaded on this machine even with every other model dropped,
+        or None (also without a capacity to check, or for a model already loaded)."""
+        if self.capacity is None or self.is_loaded(model):
+            return None
+        return self.capacity.problem(model, self.held())
+
+    def _make_room(self, model: str) -> int:
+        """Check, now, that `model` fits; drop the least recently used idle models whose room
+        it needs. Its memory estimate (0 when unchecked or of unknown size); ModelLoadError
+        with the reason when it can't fit."""
+        need = self.capacity.need(model) if self.capacity is not None else None
+        if need is None:
+            return 0
+        with self._lock:
+            loaded = sorted((s.last_used, m) for m, s in self._slots.items()
+                            if s.backend is not None and m != model)
+        taken = []  # the idle models' run slots, held so none starts while we decide
+        try:
+            for _, other in loaded:
+                if self._slots[other].busy.acquire(blocking=False):
+                    taken.append(other)
+            held = sum(self._slots[m].memory for _, m in loaded)
+            free = self.capacity.free_memory(held)
+            idle = [(m, self._slots[m].memory) for m in taken]
+            room = Room(free + sum(size for _, size in idle), self.capacity.free_disk(),
+                        self.capacity.where)  # with every idle model dropped
+            problem = misfit(need, room)
+            if problem:
+                busy = len(loaded) - len(taken)
+                in_use = (f" ({busy} other model{'s' if busy > 1 else ''} in use now, "
+                          "which can't be unloaded)" if busy else "")
+                raise ModelLoadError(f"{label(model)} does not fit on this machine: "
+                                     f"{problem}{in_use}. Pick a smaller model.")
+            drop = evictions(need.memory, free, idle) or []
+            for other in drop:
+                slot = self._slots[other]
+                slot.backend, slot.state, slot.memory = None, "not loaded", 0
+            if drop:
+                release_memory()
+        finally:
+            for other in taken:
+                self._slots[other].busy.release()
+        return need.memory
+
     def hold(self, model: str, cancel: threading.Event | None = None,
              timeout: float | None = None) -> bool:
         """Take one of the model's run slots, giving up when `cancel` is set."""
@@ -195,6 +255,14 @@ class ModelPool:
 
     def release(self, model: str) -> None:
         self._slot(model.strip()).busy.release()
+
+
+def release_memory() -> None:
+    """Return a dropped model's memory now: collect it, and empty torch's CUDA cache."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def status_markdown(pool: ModelPool, model: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL
+from app.resources import Capacity
 from app.ui import ask_tab, compare_tab, curves_tab, evaluate_tab
 from app.ui.access import Access
 from app.ui.context import Studio
@@ -21,14 +22,19 @@ def build_app(backend_factory: BackendFactory, retriever, *,
               default_model: str = DEFAULT_MODEL, baseline_model: str = DEFAULT_BASELINE,
               concurrency: int = 4, per_model: int = 1, max_loaded: int = 2,
               pool: ModelPool | None = None, access: Access | None = None,
-              compare_pair: tuple[str, str] | None = None) -> gr.Blocks:
+              compare_pair: tuple[str, str] | None = None,
+              capacity: Capacity | None = None) -> gr.Blocks:
     """The studio as a gr.Blocks, queue configured; call `.launch(**launch_options())`.
 
     access: what visitors may load (`Access.for_launch`); the pool refuses the rest.
     compare_pair: the Compare tab's (A, B); default (baseline_model, default_model).
+    capacity: what this machine holds (`Capacity.for_launch`); models that don't fit are
+    shown unavailable and refused, and loads drop idle models to make room.
     """
     access = access or Access()
     pool = pool or ModelPool(backend_factory, per_model, max_loaded)
+    if capacity is not None:
+        pool.capacity = capacity
     pool.check = access.model_problem
     studio = Studio(pool=pool, retriever=retriever, default_model=default_model,
                     baseline_model=baseline_model, concurrency=concurrency, access=access,

@@ -1,0 +1,183 @@
+"""Only what the hardware holds: the arithmetic (parameters × dtype against free memory,
+download against free disk, least-recently-used eviction), the measured figures, the pool
+that checks each load again, and the pickers' labels. Models are registry ids; the backends
+are stand-ins (no multi-GB load), the capacity checks are the real ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.backends.base import ModelLoadError
+from agent.models import lookup
+from app.hardware import (
+    GB,
+    Need,
+    Room,
+    cgroup_room,
+    evictions,
+    meminfo_available,
+    misfit,
+    need_of,
+)
+from app.resources import Capacity, free_disk, free_ram
+from app.ui.model_pool import ModelPool
+
+LLDS_3B = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
+LLDS_R_3B = "SEGAgentRL/LLDS-R-GRPO-Qwen2.5-3B-Base"
+PPO_7B = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo"
+
+
+def test_memory_is_parameters_times_dtype_bytes_with_headroom():
+    on_cpu = need_of(3_000_000_000, "float32", downloaded=False)
+    assert on_cpu.memory == 3_000_000_000 * 4 * 1.2
+    assert on_cpu.download == 3_000_000_000 * 2  # stored in bfloat16
+    on_gpu = need_of(3_000_000_000, "bfloat16", downloaded=True)
+    assert on_gpu.memory == on_cpu.memory // 2 and on_gpu.download == 0
+
+
+def test_a_7b_in_float32_does_not_fit_a_cpu_space():
+    need = need_of(7_610_000_000, "float32", downloaded=False)
+    reason = misfit(need, Room(memory=16 * GB, disk=50 * GB))
+    assert reason == "needs 34.0 GB of RAM (7.61B parameters in float32), 16.0 GB available"
+    assert misfit(need_of(7_610_000_000, "bfloat16", False), Room(24 * GB, 50 * GB,
+                                                                  "GPU memory")) is None
+
+
+def test_a_download_larger_than_the_free_disk_is_refused():
+    need = Need(parameters=7 * 10 ** 9, dtype="bfloat16", memory=GB, download=14 * GB)
+    assert misfit(need, Room(memory=80 * GB, disk=10 * GB)) == (
+        "a 14.0 GB download, 10.0 GB free on disk")
+    assert misfit(need, Room(memory=80 * GB, disk=14 * GB)) is None
+
+
+def test_evictions_drop_least_recently_used_first_and_no_more_than_needed():
+    idle = [("old", 6), ("middle", 6), ("recent", 6)]
+    assert evictions(need=5, free=5, idle=idle) == []
+    assert evictions(need=10, free=5, idle=idle) == ["old"]
+    assert evictions(need=16, free=5, idle=idle) == ["old", "middle"]
+    assert evictions(need=24, free=5, idle=idle) is None
+
+
+def test_meminfo_and_cgroup_figures_are_read_in_bytes():
+    assert meminfo_available("MemTotal: 100 kB\nMemAvailable:  2048 kB\n") == 2048 * 1024
+    assert meminfo_available("MemTotal: 100 kB\n") is None
+    assert cgroup_room("17179869184\n", "4294967296\n") == 12 * GB
+    assert cgroup_room("max\n", "4294967296\n") is None
+    assert cgroup_room("9223372036854771712", "1") is None  # cgroup v1's "no limit"
+
+
+def test_this_machines_free_memory_and_disk_are_measured():
+    import os
+
+    total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert 0 < free_ram() <= total
+    assert free_disk(__import__("pathlib").Path("/no/such/dir/here")) > 0
+    measured = Capacity("cpu")
+    assert 0 < measured.room().memory <= total
+
+
+def test_capacity_uses_float32_on_cpu_and_bfloat16_on_gpu_with_a_budget():
+    assert lookup(PPO_7B).parameters == 7_610_000_000
+    on_cpu, on_gpu = Capacity("cpu", 20 * GB), Capacity("cuda", 20 * GB)
+    assert on_cpu.need(PPO_7B).dtype == "float32" and on_gpu.need(PPO_7B).dtype == "bfloat16"
+    assert "needs 34.0 GB of RAM" in on_cpu.problem(PPO_7B)
+    assert on_gpu.problem(PPO_7B) is None  # 17.0 GB of the GPU's 20
+    assert on_cpu.problem(LLDS_3B) is None  # 13.8 GB
+    assert on_cpu.problem("nano") is None and on_cpu.need("nano").download == 0
+    assert on_cpu.need("someone/unknown-model") is None  # named by the operator: let through
+    assert "needs 13.8 GB of RAM" in Capacity("cpu", GB).problem(LLDS_3B)
+
+
+def stand_in_factory(loaded: list[str]):
+    def factory(model: str):
+        loaded.append(model)
+        return object()
+    return factory
+
+
+def test_the_pool_drops_the_least_recently_used_idle_model_to_make_room():
+    calls: list[str] = []
+    pool = ModelPool(stand_in_factory(calls), max_loaded=5, capacity=Capacity("cpu", 20 * GB))
+    pool.get(LLDS_3B)
+    assert pool.held() == Capacity("cpu").need(LLDS_3B).memory
+    pool.get(LLDS_R_3B)  # 13.8 + 13.8 GB > 20 GB: the first goes
+    assert not pool.is_loaded(LLDS_3B) and pool.is_loaded(LLDS_R_3B)
+    assert pool.status(LLDS_3B) == ("not loaded", "")
+    pool.get("nano")  # small: both stay
+    assert pool.is_loaded(LLDS_R_3B) and pool.is_loaded("nano")
+    assert calls == [LLDS_3B, LLDS_R_3B, "nano"]
+
+
+def test_a_model_in_use_is_not_dropped_and_the_new_one_is_refused_with_the_reason():
+    calls: list[str] = []
+    pool = ModelPool(stand_in_factory(calls), capacity=Capacity("cpu", 20 * GB))
+    pool.get(LLDS_3B)
+    assert pool.hold(LLDS_3B, timeout=1)
+    with pytest.raises(ModelLoadError) as refused:
+        pool.get(LLDS_R_3B)
+    assert "does not fit on this machine: needs 13.8 GB of RAM" in str(refused.value)
+    assert "1 other model in use now" in str(refused.value)
+    assert pool.is_loaded(LLDS_3B) and calls == [LLDS_3B]
+    pool.release(LLDS_3B)
+    pool.get(LLDS_R_3B)  # idle now: dropped for the new one
+    assert calls == [LLDS_3B, LLDS_R_3B] and not pool.is_loaded(LLDS_3B)
+
+
+def test_a_model_too_big_is_never_handed_to_the_loader():
+    calls: list[str] = []
+    pool = ModelPool(stand_in_factory(calls), capacity=Capacity("cpu", 20 * GB))
+    assert "needs 34.0 GB" in pool.hardware_problem(PPO_7B)
+    with pytest.raises(ModelLoadError, match="needs 34.0 GB of RAM"):
+        pool.get(PPO_7B)
+    assert calls == [] and pool.status(PPO_7B)[0] == "failed"
+
+
+def test_the_check_runs_again_right_before_each_load():
+    calls: list[str] = []
+    pool = ModelPool(stand_in_factory(calls), capacity=Capacity("cpu", 20 * GB))
+    assert pool.hardware_problem(LLDS_3B) is None  # what the picker saw
+    pool.capacity = Capacity("cpu", 4 * GB)  # less room by the time the visitor asks
+    with pytest.raises(ModelLoadError, match="needs 13.8 GB"):
+        pool.get(LLDS_3B)
+    assert calls == []
+
+
+def test_without_a_capacity_the_pool_loads_what_it_is_asked():
+    calls: list[str] = []
+    pool = ModelPool(stand_in_factory(calls))
+    pool.get(PPO_7B)
+    assert calls == [PPO_7B] and pool.hardware_problem(PPO_7B) is None
+
+
+def test_the_pickers_label_models_that_do_not_fit_with_the_reason():
+    from app.ui.context import Studio
+
+    pool = ModelPool(stand_in_factory([]), capacity=Capacity("cpu", GB))
+    studio = Studio(pool=pool, retriever=None, default_model="nano")
+    labels = dict((value, name) for name, value in studio.model_choices())
+    assert labels["nano"] == lookup("nano").label
+    assert labels[LLDS_3B] == (f"⛔ {lookup(LLDS_3B).label} — unavailable: needs 13.8 GB of "
+                               "RAM (3.09B parameters in float32), 1.0 GB available")
+    assert studio.model_info(LLDS_3B).startswith("**Unavailable on this machine:** needs 13.8")
+    assert "Unavailable" not in studio.model_info("nano")
+
+
+def test_the_launch_decides_when_the_hardware_is_checked(monkeypatch, capsys):
+    import app.__main__ as studio_main
+
+    monkeypatch.delenv("LLDS_MEMORY_BUDGET_GB", raising=False)
+
+    def capacity_of(*argv: str):
+        args = studio_main.parse_args(["--model", "nano", "--device", "cpu", *argv])
+        return studio_main.studio_capacity(args, studio_main.studio_plan(args)[1])
+
+    assert capacity_of() is None  # loopback: the operator loads what they like
+    assert capacity_of("--host", "0.0.0.0") == Capacity("cpu", None)  # exposed: measured
+    assert capacity_of("--host", "0.0.0.0", "--backend", "openai") is None  # runs elsewhere
+    monkeypatch.setenv("LLDS_MEMORY_BUDGET_GB", "1.5")
+    assert capacity_of() == Capacity("cpu", int(1.5 * GB))
+    monkeypatch.setenv("LLDS_MEMORY_BUDGET_GB", "lots")
+    with pytest.raises(SystemExit) as stop:
+        capacity_of()
+    assert stop.value.code == 2
+    assert "'lots' is not a memory size in GB" in capsys.readouterr().err
