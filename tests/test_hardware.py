@@ -156,7 +156,7 @@ def test_the_pickers_label_models_that_do_not_fit_with_the_reason():
     studio = Studio(pool=pool, retriever=None, default_model="nano")
     labels = dict((value, name) for name, value in studio.model_choices())
     assert labels["nano"] == lookup("nano").label
-    assert labels[LLDS_3B] == (f"⛔ {lookup(LLDS_3B).label} — unavailable: needs 13.8 GB of "
+    assert labels[LLDS_3B] == (f"{lookup(LLDS_3B).label} — unavailable: needs 13.8 GB of "
                                "RAM (3.09B parameters in float32), 1.0 GB available")
     assert studio.model_info(LLDS_3B).startswith("**Unavailable on this machine:** needs 13.8")
     assert "Unavailable" not in studio.model_info("nano")

@@ -96,7 +96,7 @@ class Studio:
 
 def unavailable_label(name: str, problem: str | None) -> str:
     """A picker entry's label: the model's, or marked unavailable with the reason."""
-    return f"⛔ {name} — unavailable: {problem}" if problem else name
+    return f"{name} — unavailable: {problem}" if problem else name
 
 
 def session_of(request: gr.Request | None) -> str:
