@@ -297,7 +297,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     if summary.get("note"):
         out += [f"**{summary['note']}**", ""]
     if not summary["datasets"]:
-        return "\n".join([*out, "No results yet."]) + "\n"
+        return "\n".join([*out, "No results yet.", "",
+                          *provenance_lines(summary.get("provenance") or [])]) + "\n"
     rows = [cells(name, stats, _count(stats)) for name, stats in summary["datasets"].items()]
     for key, label in AVERAGE_ROWS:
         stats = summary[key]
