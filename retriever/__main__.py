@@ -8,23 +8,35 @@ import sys
 import time
 from pathlib import Path
 
+from retriever import faiss_index
 from retriever.corpus import CorpusError
+from retriever.dense import POOLINGS, prefixes_for
 from retriever.engine import ENGINE_ALIASES, ENGINES, canonical_engine, open_engine
 from retriever.faiss_index import KINDS
 from retriever.pyserini_compat import DEFAULT_JAVA_HEAP, set_java_heap
 
 
 def _engine_flags(parser: argparse.ArgumentParser) -> None:
+    # Search-R1's retrieval_server.py flag names are accepted too: --index_path,
+    # --corpus_path, --retriever_model, --retriever_name, --faiss_gpu (and --topk).
     parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), type=str.lower,
-                        default=os.environ.get("RETRIEVER_ENGINE", "lucene"),
+                        default=None,
                         help="lucene (pyserini's Lucene BM25, default; bm25 is the same), "
-                             "bm25s (BM25 without a JVM), dense (FAISS)")
-    parser.add_argument("--corpus", default=os.environ.get("RETRIEVER_CORPUS", "default"),
+                             "bm25s (BM25 without a JVM), dense (FAISS); env RETRIEVER_ENGINE")
+    parser.add_argument("--retriever_name", metavar="NAME",
+                        help="Search-R1's retriever name: bm25 = --engine lucene; any other "
+                             "(e5, bge, ...) = --engine dense, with the query/passage prefixes "
+                             "Search-R1 gives that name (e5: 'query: '/'passage: ', bge: its "
+                             "search instruction on queries, others: none)")
+    parser.add_argument("--corpus", "--corpus_path", dest="corpus",
+                        default=os.environ.get("RETRIEVER_CORPUS", "default"),
                         help="'default' (embedded Wikipedia summaries) or a .jsonl(.gz) path")
-    parser.add_argument("--index", default=os.environ.get("RETRIEVER_INDEX"),
+    parser.add_argument("--index", "--index_path", dest="index",
+                        default=os.environ.get("RETRIEVER_INDEX"),
                         help="an existing index: Lucene dir or pyserini prebuilt name (lucene), "
                              "bm25s dir, or a FAISS file such as e5_Flat.index (dense)")
-    parser.add_argument("--encoder", default=os.environ.get("RETRIEVER_ENCODER"),
+    parser.add_argument("--encoder", "--retriever_model", dest="encoder",
+                        default=os.environ.get("RETRIEVER_ENCODER"),
                         help="dense encoder, hub id or path (default intfloat/e5-base-v2)")
     parser.add_argument("--java-heap", default=os.environ.get("RETRIEVER_JAVA_HEAP",
                                                               DEFAULT_JAVA_HEAP),
@@ -38,20 +50,60 @@ def _engine_flags(parser: argparse.ArgumentParser) -> None:
     dense.add_argument("--ef-search", type=int, help="HNSW candidate list size")
     dense.add_argument("--rerank-flat", help="re-score a compressed index's candidates "
                                              "exactly with this flat index (memory-mapped)")
-    dense.add_argument("--gpu", choices=("auto", "shard", "off"),
-                       default=os.environ.get("RETRIEVER_GPU", "auto"),
-                       help="auto: all GPUs if FAISS has GPU support; shard: split the index "
-                            "over them; off: CPU")
+    dense.add_argument("--gpu", choices=("auto", "shard", "off"), default=None,
+                       help="auto (default; env RETRIEVER_GPU): all GPUs if FAISS has GPU "
+                            "support; shard: split the index over them; off: CPU")
+    dense.add_argument("--faiss_gpu", action="store_true",
+                       help="Search-R1's flag: the index sharded over all GPUs (--gpu shard); "
+                            "an error where FAISS sees no GPU")
+    dense.add_argument("--query-prefix", default=os.environ.get("RETRIEVER_QUERY_PREFIX"),
+                       help="text put before each query (default 'query: ', e5's; '' for "
+                            "none)")
+    dense.add_argument("--passage-prefix", default=os.environ.get("RETRIEVER_PASSAGE_PREFIX"),
+                       help="text put before each passage when building an index (default "
+                            "'passage: ', e5's)")
+    dense.add_argument("--pooling", choices=POOLINGS,
+                       default=os.environ.get("RETRIEVER_POOLING"),
+                       help="token vectors to one vector: mean (default, e5's), cls (first "
+                            "token), last (last non-padding token)")
     dense.add_argument("--check-recall", metavar="FLAT_INDEX",
                        help="print recall@3 of --index against this flat index first")
 
 
+def _resolve_search_r1_flags(args: argparse.Namespace) -> None:
+    """Fold Search-R1's --retriever_name and --faiss_gpu into --engine, the prefixes and
+    --gpu; a clash with our own flags is an error, not a silent choice."""
+    if args.retriever_name is not None:
+        implied = "lucene" if args.retriever_name.strip().lower() == "bm25" else "dense"
+        if args.engine is not None and canonical_engine(args.engine) != implied:
+            raise ValueError(f"--retriever_name {args.retriever_name} means --engine "
+                             f"{implied}, but --engine {args.engine} was given; pass one.")
+        args.engine = implied
+        if implied == "dense":
+            query, passage = prefixes_for(args.retriever_name)
+            args.query_prefix = query if args.query_prefix is None else args.query_prefix
+            args.passage_prefix = passage if args.passage_prefix is None else args.passage_prefix
+    if args.faiss_gpu:
+        if args.gpu not in (None, "shard"):
+            raise ValueError(f"--faiss_gpu means --gpu shard, but --gpu {args.gpu} was given.")
+        if faiss_index.gpu_count() == 0:
+            raise ValueError("--faiss_gpu: FAISS sees no GPU here (the installed FAISS has no "
+                             "GPU support, e.g. faiss-cpu, or no GPU is visible); drop "
+                             "--faiss_gpu to search on the CPU.")
+        args.gpu = "shard"
+    args.engine = canonical_engine(args.engine or os.environ.get("RETRIEVER_ENGINE", "lucene"))
+    args.gpu = args.gpu or os.environ.get("RETRIEVER_GPU", "auto")
+
+
 def _open(args: argparse.Namespace):
-    args.engine = canonical_engine(args.engine)
+    _resolve_search_r1_flags(args)
     if args.engine == "lucene":
         set_java_heap(args.java_heap)
     dense = {"mmap": args.mmap, "nprobe": args.nprobe, "ef_search": args.ef_search,
              "rerank_flat": args.rerank_flat, "gpu": args.gpu}
+    encoding = {"query_prefix": args.query_prefix, "passage_prefix": args.passage_prefix,
+                "pooling": args.pooling}
+    dense.update((k, v) for k, v in encoding.items() if v is not None)
     if args.engine != "dense":
         asked = [f"--{k.replace('_', '-')}" for k, v in dense.items()
                  if v not in (None, False, "auto")]

@@ -2,6 +2,9 @@
 
 Defaults follow Search-R1's e5 retriever: e5-base-v2, mean pooling over the attention mask,
 `query: ` / `passage: ` prefixes, L2-normalised embeddings, a flat inner-product index.
+Other encoders take their own prefixes and pooling (`mean`, `cls`: the first token,
+`last`: the last non-padding token, for decoder-style embedders); `prefixes_for` gives the
+prefixes Search-R1's server picks from its `--retriever_name`.
 It loads an existing Search-R1 asset pair (`e5_Flat.index` + `wiki-18.jsonl`), or any index
 built from it (`python -m retriever compress`), optionally memory-mapped, or builds a flat
 index for a small corpus and caches it. A big corpus is read through a line-offset table
@@ -21,15 +24,51 @@ from retriever.corpus import CorpusError, cache_dir, corpus_key, open_records
 from retriever.doc import Doc
 
 DEFAULT_ENCODER = "intfloat/e5-base-v2"
+DEFAULT_QUERY_PREFIX = "query: "
+DEFAULT_PASSAGE_PREFIX = "passage: "
+POOLINGS = ("mean", "cls", "last")
+BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 log = logging.getLogger("retriever")
+
+
+def prefixes_for(retriever_name: str) -> tuple[str, str]:
+    """(query prefix, passage prefix) for a Search-R1 `--retriever_name`: e5 models get
+    `query: ` / `passage: `, bge models their search instruction on queries only, any
+    other name none."""
+    name = retriever_name.lower()
+    if "e5" in name:
+        return DEFAULT_QUERY_PREFIX, DEFAULT_PASSAGE_PREFIX
+    if "bge" in name:
+        return BGE_QUERY_PREFIX, ""
+    return "", ""
+
+
+def pool(hidden, mask, pooling: str):
+    """One vector per row of `hidden` (batch x tokens x dim) under the 0/1 `mask`."""
+    if pooling == "mean":
+        weights = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+    if pooling == "cls":
+        return hidden[:, 0]
+    if pooling == "last":
+        import torch
+
+        # The highest position the mask keeps: right or left padding alike.
+        positions = torch.arange(mask.shape[1], device=mask.device)
+        last = (mask.long() * positions).argmax(dim=1)
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}.")
 
 
 class Encoder:
     def __init__(self, model: str = DEFAULT_ENCODER, max_length: int = 256,
-                 device: str | None = None):
+                 device: str | None = None, pooling: str = "mean"):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}.")
+        self.pooling = pooling
         self.torch = torch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(model)
@@ -50,8 +89,7 @@ class Encoder:
                                        truncation=True, max_length=self.max_length,
                                        return_tensors="pt").to(self.device)
                 hidden = self.model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled = pool(hidden, batch["attention_mask"], self.pooling)
                 out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
         if not out:
             return np.zeros((0, 0), dtype="float32")
@@ -65,12 +103,14 @@ class DenseRetriever(IsolatedSearch):
     name = "dense"
 
     def __init__(self, corpus: Path, index: str | Path | None = None,
-                 encoder: str = DEFAULT_ENCODER, query_prefix: str = "query: ",
-                 passage_prefix: str = "passage: ", mmap: bool = False,
-                 nprobe: int | None = None, ef_search: int | None = None,
+                 encoder: str = DEFAULT_ENCODER, query_prefix: str = DEFAULT_QUERY_PREFIX,
+                 passage_prefix: str = DEFAULT_PASSAGE_PREFIX, pooling: str = "mean",
+                 mmap: bool = False, nprobe: int | None = None, ef_search: int | None = None,
                  rerank_flat: str | Path | None = None, gpu: str = "auto"):
         import faiss
 
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling {pooling!r}: choose one of {', '.join(POOLINGS)}.")
         self.records = open_records(corpus)
         self.query_prefix = query_prefix
         start = time.perf_counter()
@@ -78,10 +118,12 @@ class DenseRetriever(IsolatedSearch):
             path = Path(index).expanduser()
             self.index = faiss_index.read_index(path, mmap=mmap)
             self._check_pair(self.index.ntotal, path)
-            self.encoder = Encoder(encoder)
+            self.encoder = Encoder(encoder, pooling=pooling)
         else:
-            self.encoder = Encoder(encoder)
-            tag = hashlib.sha1(f"{encoder}|{passage_prefix}".encode()).hexdigest()[:10]
+            self.encoder = Encoder(encoder, pooling=pooling)
+            # Mean pooling keeps the key it always had, so existing caches stay valid.
+            key = f"{encoder}|{passage_prefix}" + ("" if pooling == "mean" else f"|{pooling}")
+            tag = hashlib.sha1(key.encode()).hexdigest()[:10]
             path = cache_dir() / "indexes" / corpus_key(corpus) / f"dense-{tag}.faiss"
             if not path.is_file():
                 passages = [passage_prefix + r["contents"] for r in self.records]
