@@ -6,7 +6,9 @@ definitions are those of the LLDS fork of verl: group-normalised outcome advanta
 ((r - mean) / (std + 1e-6) per group of the same prompt), the PPO clipped ratio,
 `low_var_kl` to the frozen reference as a loss, and the LLDS penalty lambda * max(0,
 old - new) on the generated tokens of responses with advantage >= 0 whose likelihood fell
-(judged per response, or per action: a contiguous run of generated tokens).
+(judged per response, or per action: a contiguous run of generated tokens). Two gate
+controls that the fork does not have (`tolerance`, `positive`) and the per-step
+displacement measures are defined here too; docs/llds.md states every rule.
 """
 
 from __future__ import annotations
@@ -18,6 +20,13 @@ import torch
 import torch.nn.functional as F
 
 EPS = 1e-6
+UNITS = ("response", "action")
+# Which preserving units the LLDS term penalises:
+#   lazy       the fork's rule: A >= 0 and sum(old - new) over the unit > 0;
+#   tolerance  A >= 0 and sum(old - new) > gate_tolerance x the unit's generated tokens, so
+#              float noise between the old and new passes (1e-6..1e-5 a token) opens nothing;
+#   positive   the fork's test, on responses with A > 0 only (no ties, no all-wrong groups).
+GATES = ("lazy", "tolerance", "positive")
 
 
 @dataclass(frozen=True)
@@ -27,13 +36,28 @@ class LossConfig:
     entropy_coef: float = 0.0  # the recipe has no entropy bonus
     llds_lambda: float = 0.0  # `no_reduce_lambda`; 0 is plain GRPO
     answer_lambda: float = 0.0  # `answer_no_reduce_lambda`: the answer span's weight (MA)
-    gate: str = "response"  # "response" (LLDS-R) or "action" (LLDS-A, `chunk_noreduce`)
+    unit: str = "response"  # what the gate judges: "response" (LLDS-R), "action" (LLDS-A)
+    gate: str = "lazy"  # which fallen units are penalised (GATES)
+    gate_tolerance: float = 1e-3  # per generated token; used by the "tolerance" gate only
 
     def __post_init__(self):
-        if self.gate not in ("response", "action"):
-            raise ValueError(f"gate must be 'response' or 'action', not {self.gate!r}")
+        if self.unit not in UNITS:
+            raise ValueError(f"unit must be 'response' or 'action', not {self.unit!r}")
+        if self.gate not in GATES:
+            raise ValueError(f"gate must be one of {', '.join(GATES)}, not {self.gate!r}")
         if self.llds_lambda < 0 or self.answer_lambda < 0:
             raise ValueError("the LLDS weights (--lambda, --answer-lambda) must be >= 0")
+        if not self.gate_tolerance >= 0:
+            raise ValueError(f"--gate-tolerance is {self.gate_tolerance}; it must be >= 0")
+
+    def preserving(self, advantages: torch.Tensor) -> torch.Tensor:
+        """The responses the term may hold (bool, B): A >= 0, or A > 0 for "positive"."""
+        return advantages > 0 if self.gate == "positive" else advantages >= 0
+
+    @property
+    def tolerance(self) -> float:
+        """Per generated token, the decrease a unit must exceed to count as fallen."""
+        return self.gate_tolerance if self.gate == "tolerance" else 0.0
 
 
 def group_advantages(rewards: torch.Tensor, groups: Sequence[Hashable]) -> torch.Tensor:
@@ -115,25 +139,27 @@ def llds_term(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: to
               mask: torch.Tensor, config: LossConfig,
               answer_span: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """The LLDS penalty: the masked mean, over all generated tokens, of lambda * max(0,
-    old - new) on the tokens of preserving (A >= 0) responses whose likelihood fell, judged
-    per response (gate "response") or per action (gate "action").
+    old - new) on the tokens of preserving responses whose likelihood fell, judged per
+    response (unit "response") or per action (unit "action"), by the rule `config.gate`
+    (see GATES; "lazy" is the fork's).
 
     `answer_span` (1 on the answer's tokens) gets the lower weight min(answer_lambda,
     lambda) in the MA variant; None means no answer span is singled out.
     """
-    preserving = (advantages >= 0).float()[:, None]
+    rows = config.preserving(advantages)
     drop = old_log_prob.detach() - log_prob  # > 0 where the likelihood fell
     decrease = torch.clamp(drop, min=0)
-    kept = mask * preserving
+    kept = mask * rows.float()[:, None]
     with torch.no_grad():  # the gate is a decision, not part of the gradient
-        if config.gate == "action":
+        if config.unit == "action":
             ids = action_ids(kept)
-            fell = (_per_action_sums(drop * kept, ids) > 0).float()
+            sums = _per_action_sums(drop * kept, ids)
+            fell = (sums > config.tolerance * _per_action_sums(kept, ids)).float()
             fell[:, 0] = 0  # the bin of tokens outside every action
             gate = fell.gather(1, ids)
             penalised_actions = fell.sum(-1)
         else:
-            fell = ((drop * kept).sum(-1) > 0).float()
+            fell = ((drop * kept).sum(-1) > config.tolerance * kept.sum(-1)).float()
             gate = fell[:, None] * kept
             penalised_actions = fell * action_ids(kept).amax(-1).float()
     weight = torch.full_like(log_prob, config.llds_lambda)
@@ -141,7 +167,6 @@ def llds_term(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: to
         lower = min(config.answer_lambda, config.llds_lambda)
         weight = torch.where(answer_span.bool(), torch.full_like(weight, lower), weight)
     penalty = masked_mean(weight * gate * decrease, mask)
-    rows = advantages >= 0
     metrics = {
         "actor/loss_noreduce": penalty.item(),
         "actor/loss_noreduce_coef": config.llds_lambda,
@@ -172,6 +197,32 @@ def likelihood_metrics(old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
         "actor/pos_avg_ref_log_prob": masked_mean(ref_log_prob * pos, mask).item(),
         "actor/neg_avg_ref_log_prob": masked_mean(ref_log_prob * neg, mask).item(),
     }
+
+
+def displacement_metrics(old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,
+                         advantages: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Over every response of a step (all micro-batches): the mean per-token old log-prob of
+    the generated tokens of responses with A > 0, A = 0 and A < 0 separately (a key is left
+    out when no such response has a generated token), how many responses each class holds,
+    and the mean per-token old - ref log-prob over all of them (log pi - log pi_ref).
+
+    Unlike the fork's pos/neg pair, each mean divides by its own class's tokens, so it does
+    not move with the share of each class in the batch.
+    """
+    mask = mask.to(old_log_prob.dtype)
+    metrics: dict[str, float] = {}
+    classes = (("pos", advantages > 0), ("zero", advantages == 0), ("neg", advantages < 0))
+    for name, rows in classes:
+        tokens = mask[rows].sum()
+        if tokens > 0:
+            metrics[f"displacement/{name}_logp"] = (
+                (old_log_prob[rows] * mask[rows]).sum() / tokens).item()
+    if mask.sum() > 0:
+        metrics["displacement/ref_log_ratio"] = masked_mean(old_log_prob - ref_log_prob,
+                                                            mask).item()
+    for name, rows in classes:
+        metrics[f"displacement/n_{name}"] = float(rows.sum())
+    return metrics
 
 
 def total_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor,

@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nano import checkpoint
-from nano.llds import LossConfig, entropy
+from nano import anchors, checkpoint
+from nano.llds import GATES, LossConfig, entropy
 from nano.options import check_bounds, option
 
 METHODS = {"grpo": None, "llds-r": "response", "llds-a": "action"}
@@ -40,6 +40,12 @@ class RLConfig:
     kl_coef: float = option(0.001, "weight of low_var_kl to the reference, as a loss")
     llds_lambda: float = option(0.2, "LLDS weight (no_reduce_lambda); unused by grpo",
                                 flag="--lambda")
+    gate: str = option("lazy", "which fallen responses/actions the LLDS term holds: lazy "
+                               "(the fork's: A >= 0, sum(old - new) > 0), tolerance (A >= 0, "
+                               "sum(old - new) > --gate-tolerance per token), positive (the "
+                               "fork's test on A > 0 only)", choices=GATES)
+    gate_tolerance: float = option(1e-3, "per generated token: the fall the tolerance gate "
+                                         "ignores")
     answer_lambda: float | None = option(None, "weight of the answer span (the MA variant; "
                                                "capped at --lambda)")
     group_size: int = option(5, "responses per question (the GRPO group)")
@@ -63,6 +69,11 @@ class RLConfig:
     seed: int = option(0, "seeds the question order and the sampling")
     threads: int = option(2, "torch threads")
     save_every: int = option(10, "steps between checkpoints")
+    anchor_size: int = option(64, "correct trajectories of the starting model kept as the "
+                                  "anchor set (OUT/anchors.jsonl); 0: none")
+    anchor_every: int = option(5, "steps between measures of anchor/logp")
+    anchors: str = option("", "an anchors.jsonl to use instead of sampling a set (copied "
+                              "into OUT)")
 
     def __post_init__(self) -> None:
         """Values that cannot train, refused with what to pass instead."""
@@ -71,9 +82,16 @@ class RLConfig:
         check_bounds(self, at_least_one=("steps", "group_size", "batch_questions",
                                          "mini_batches", "micro_batch", "max_new_tokens",
                                          "max_obs_tokens", "max_context_tokens", "val_every",
-                                         "val_limit", "threads", "save_every"),
+                                         "val_limit", "threads", "save_every",
+                                         "anchor_every"),
                      not_negative=("kl_coef", "llds_lambda", "max_turns", "weight_decay",
-                                   "clip_ratio", "warmup_ratio"))
+                                   "clip_ratio", "warmup_ratio", "gate_tolerance",
+                                   "anchor_size"))
+        if self.gate not in GATES:
+            raise ValueError(f"--gate {self.gate!r}: pick one of {', '.join(GATES)}.")
+        if self.gate != "lazy" and self.method == "grpo":
+            raise ValueError(f"--gate {self.gate} changes the LLDS term, which --method grpo "
+                             "does not have: pass --method llds-a or llds-r, or drop --gate.")
         if self.answer_lambda is not None and self.answer_lambda < 0:
             raise ValueError(f"--answer-lambda is {self.answer_lambda}; it cannot be negative.")
         if not self.lr > 0 or not self.grad_clip > 0 or not self.temperature > 0:
@@ -87,13 +105,16 @@ class RLConfig:
         # The run's name in the logs (curves split runs by it): what tells two runs apart.
         if self.method == "grpo":
             return f"nano-grpo-lambda0-lr{self.lr:g}-seed{self.seed}"
-        return f"nano-{self.method}-lambda{self.llds_lambda:g}-lr{self.lr:g}-seed{self.seed}"
+        gate = "" if self.gate == "lazy" else f"-gate-{self.gate}"
+        return (f"nano-{self.method}{gate}-lambda{self.llds_lambda:g}-lr{self.lr:g}"
+                f"-seed{self.seed}")
 
     def loss(self) -> LossConfig:
-        gate = METHODS[self.method]
+        unit = METHODS[self.method]
         return LossConfig(clip_ratio=self.clip_ratio, kl_coef=self.kl_coef,
-                          llds_lambda=0.0 if gate is None else self.llds_lambda,
-                          answer_lambda=self.answer_lambda or 0.0, gate=gate or "response")
+                          llds_lambda=0.0 if unit is None else self.llds_lambda,
+                          answer_lambda=self.answer_lambda or 0.0, unit=unit or "response",
+                          gate=self.gate, gate_tolerance=self.gate_tolerance)
 
 
 def check_paths(config: RLConfig) -> None:
@@ -111,6 +132,16 @@ def check_paths(config: RLConfig) -> None:
             raise ValueError(f"{flag} {path}: no such file; pass a JSON-lines file whose "
                              "records have question and golden_answers.")
     checkpoint.check_out(Path(config.out), config.resume)
+    if config.anchors:
+        if not config.anchor_size:
+            raise ValueError("--anchors with --anchor-size 0: pass a size above 0 to measure "
+                             "the anchor set, or drop --anchors.")
+        anchors.read(Path(config.anchors))  # an AnchorError (a ValueError) if malformed
+        own = Path(config.out) / anchors.FILE
+        if own.is_file() and own.read_bytes() != Path(config.anchors).read_bytes():
+            raise ValueError(f"{own} holds this run's anchor set and differs from --anchors "
+                             f"{config.anchors}; a run keeps its own set: drop --anchors or "
+                             "choose another --out.")
 
 
 def read_questions(path: str | Path) -> list:
@@ -287,6 +318,57 @@ def step_data_metrics(samples) -> dict[str, float]:
     }
 
 
+def step_displacement(samples, old, ref, advantages) -> dict[str, float]:
+    """`displacement_metrics` over every trained response of the step (old and ref as
+    `batched_log_probs` gives them, before the update)."""
+    import torch
+
+    from nano.llds import displacement_metrics
+
+    if not samples:
+        return displacement_metrics(torch.zeros((0, 1)), torch.zeros((0, 1)),
+                                    torch.zeros(0), torch.zeros((0, 1)))
+    width = max(len(s.response_ids) for s in samples)
+    mask = _stack([torch.tensor(s.mask, dtype=torch.float) for s in samples], width)
+    return displacement_metrics(_stack(old, width), _stack(ref, width), advantages, mask)
+
+
+# ------------------------------------------------------------------------ the anchor set
+
+def read_anchor_set(config: RLConfig, vocab_size: int) -> list | None:
+    """The run's own anchor set (OUT/anchors.jsonl, as on a resume), else --anchors copied
+    into OUT, else None (to be drawn); None too with --anchor-size 0."""
+    if not config.anchor_size:
+        return None
+    own = Path(config.out) / anchors.FILE
+    source = own if own.is_file() else Path(config.anchors) if config.anchors else None
+    if source is None:
+        return None
+    samples = anchors.read(source)
+    anchors.check_tokens(samples, vocab_size, source)
+    if source != own:
+        own.parent.mkdir(parents=True, exist_ok=True)
+        own.write_bytes(source.read_bytes())
+    return samples
+
+
+def draw_anchor_set(reference, retriever, questions, settings, config: RLConfig,
+                    decode) -> list:
+    """Sample the anchor set from the starting model (the reference: the same weights on a
+    resume) and write it to OUT/anchors.jsonl."""
+    drawn = anchors.draw(reference, retriever, questions, config.anchor_size, settings)
+    if not drawn:
+        raise anchors.AnchorError(
+            f"the starting model answered none of the {len(questions)} training questions "
+            "right when sampled, so there is no anchor set: pass --anchor-size 0 to train "
+            "without one, or --anchors FILE.")
+    anchors.write(Path(config.out) / anchors.FILE, drawn, decode)
+    if len(drawn) < config.anchor_size:
+        print(f"anchor set: {len(drawn)} correct trajectories of the {config.anchor_size} "
+              f"asked for ({len(questions)} questions tried)", flush=True)
+    return [sample for _, sample in drawn]
+
+
 # ------------------------------------------------------------------------ checkpoints
 
 def save_checkpoint(directory: Path, model, tokenizer, optimizer, scheduler, step: int,
@@ -334,8 +416,6 @@ def train(config: RLConfig, command: str = "") -> Path:
     out = Path(config.out)
     saved = out / "checkpoint"
     state = checkpoint.load_state(saved) if config.resume and checkpoint.exists(saved) else None
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "command.txt").write_text(command + "\n", encoding="utf-8")
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     random.seed(config.seed)
@@ -343,8 +423,12 @@ def train(config: RLConfig, command: str = "") -> Path:
     backend = TransformersBackend(str(saved) if state else config.model, device="cpu",
                                   dtype="float32")
     model, tokenizer = backend.model, backend.tokenizer
-    ref_model = TransformersBackend(config.model, device="cpu", dtype="float32").model
+    reference = TransformersBackend(config.model, device="cpu", dtype="float32")
+    ref_model = reference.model
     ref_model.requires_grad_(False)
+    anchor_set = read_anchor_set(config, model.config.vocab_size)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "command.txt").write_text(command + "\n", encoding="utf-8")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
                                   weight_decay=config.weight_decay)
     warmup = max(1, int(config.warmup_ratio * config.steps))
@@ -363,10 +447,26 @@ def train(config: RLConfig, command: str = "") -> Path:
                              max_context_tokens=config.max_context_tokens, greedy=False,
                              temperature=config.temperature, top_p=config.top_p)
     loss_config = config.loss()
+    if config.anchor_size and anchor_set is None:
+        anchor_set = draw_anchor_set(reference, retriever, train_questions, settings, config,
+                                     tokenizer.decode)
+
+    def measure_anchors() -> dict[str, float]:
+        if not anchor_set:
+            return {}
+        begun = time.perf_counter()
+        log_probs = batched_log_probs(model, anchor_set, config.micro_batch)
+        return {"anchor/logp": anchors.mean_log_prob(log_probs, anchor_set),
+                "anchor/n": float(len(anchor_set)),
+                "timing_s/anchor": time.perf_counter() - begun}
+
     log = StepLog(out, config.name)
-    if step == 0 and val_questions:
-        log.write(0, {f"val/test_score/{val_name}": validate(backend, retriever, val_questions,
-                                                             config)})
+    if step == 0 and (val_questions or anchor_set):
+        first = measure_anchors()
+        if val_questions:
+            first[f"val/test_score/{val_name}"] = validate(backend, retriever, val_questions,
+                                                           config)
+        log.write(0, first)
     bar = tqdm(total=config.steps, initial=step, desc=config.name, unit="step")
     while step < config.steps:
         step += 1
@@ -386,7 +486,8 @@ def train(config: RLConfig, command: str = "") -> Path:
                          loss_config) if kept else {}
         scheduler.step()
         updated = time.perf_counter()
-        metrics = {**metrics, **step_data_metrics(samples),
+        metrics = {**metrics, **step_displacement(kept, old, ref, kept_advantages),
+                   **step_data_metrics(samples),
                    "actor/lr": optimizer.param_groups[0]["lr"],
                    "timing_s/rollout": rolled - started - retriever.seconds,
                    "timing_s/retrieval": retriever.seconds,
@@ -396,6 +497,8 @@ def train(config: RLConfig, command: str = "") -> Path:
             metrics[f"val/test_score/{val_name}"] = validate(backend, retriever, val_questions,
                                                              config)
             metrics["timing_s/validation"] = time.perf_counter() - begun
+        if step % config.anchor_every == 0 or step == config.steps:
+            metrics.update(measure_anchors())
         metrics["timing_s/step"] = time.perf_counter() - started
         log.write(step, metrics)
         bar.update(1)

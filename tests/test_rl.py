@@ -348,3 +348,150 @@ def test_a_dropped_response_takes_its_advantage_with_it():
     assert kept_advantages.tolist() == pytest.approx([0.7, 1.5, -1.5])
     nothing, none = trainable(samples[1:2], advantages[1:2])
     assert nothing == [] and none.numel() == 0
+
+
+# ------------------------------------------------------------------ displacement, anchors, gate
+
+@pytest.fixture(scope="module")
+def coin_model(tiny_models, tmp_path_factory):
+    """The scripted model with a coin at the answer: after `<answer>` it writes " American"
+    or " first" with equal logits (then `</answer>`), so groups of the same question
+    disagree and advantages of both signs occur. A test double of a policy that is right
+    some of the time; the scripted model itself is tested above."""
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    from agent.testing import single_token
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["scripted"])
+    model = Qwen2ForCausalLM.from_pretrained(tiny_models["scripted"])
+    answer, right = tokenizer.convert_tokens_to_ids("<answer>"), single_token(tokenizer,
+                                                                               " American")
+    wrong, close = single_token(tokenizer, " first"), tokenizer.convert_tokens_to_ids(
+        "</answer>")
+    embed, head = model.model.embed_tokens.weight, model.lm_head.weight
+    with torch.no_grad():
+        head[wrong] = head[right]  # the same logit as " American" after every token
+        head[close] += 50 * embed[wrong] / embed[wrong].norm()
+    out = tmp_path_factory.mktemp("coin")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    assert answer != close
+    return out
+
+
+def _coin_config(model, questions_file, out, **change):
+    from nano.rl import RLConfig
+
+    settings = dict(method="llds-a", llds_lambda=0.2, gate="tolerance", model=str(model),
+                    train_data=str(questions_file), steps=3, batch_questions=3, group_size=2,
+                    max_new_tokens=16, max_obs_tokens=4000, lr=1e-3, anchor_size=3,
+                    anchor_every=2, save_every=1, out=str(out))
+    return RLConfig(**{**settings, **change})
+
+
+@pytest.fixture
+def same_retriever(monkeypatch, local_retriever):
+    """The trainer opens the in-process retriever the tests share (the same engine and
+    corpus it would open itself), instead of loading its index again."""
+    import retriever.client
+
+    monkeypatch.setattr(retriever.client, "LocalRetriever", lambda **_: local_retriever)
+
+
+@pytest.mark.slow
+def test_a_run_logs_displacement_per_class_anchor_logp_and_resumes_with_its_anchor_set(
+        coin_model, questions_file, tmp_path, same_retriever):
+    import math
+
+    from nano import anchors
+    from nano.rl import train
+
+    out = tmp_path / "run"
+    train(_coin_config(coin_model, questions_file, out), "test")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3]
+    assert all(math.isfinite(v) for r in records for v in r.values()
+               if isinstance(v, float))
+    steps = records[1:]
+    for step in steps:
+        for key in ("displacement/ref_log_ratio", "displacement/n_pos",
+                    "displacement/n_zero", "displacement/n_neg", "actor/pos_avg_old_log_prob",
+                    "actor/neg_avg_old_log_prob"):
+            assert key in step, key
+        counts = [step[f"displacement/n_{c}"] for c in ("pos", "zero", "neg")]
+        assert sum(counts) == 6  # every response of the step, not one micro-batch
+        for name, count in zip(("pos", "zero", "neg"), counts, strict=True):
+            assert (f"displacement/{name}_logp" in step) == (count > 0)
+            if count:
+                assert step[f"displacement/{name}_logp"] < 0
+    for name in ("pos", "zero", "neg"):  # the coin gives every class in some step
+        assert any(f"displacement/{name}_logp" in step for step in steps), name
+    assert all(step["actor/loss_noreduce_coef"] == 0.2 for step in steps)
+
+    # The anchor set: correct trajectories of the starting model, measured at steps 0, 2, 3.
+    saved = anchors.read(out / anchors.FILE)
+    assert len(saved) == 3 and all(s.prediction == "American" for s in saved)
+    measured = [r["step"] for r in records if "anchor/logp" in r]
+    assert measured == [0, 2, 3] and records[0]["anchor/n"] == 3
+    with torch.no_grad():
+        start = torch.cat([_own_log_probs(_start_model(coin_model), s.prompt_ids,
+                                          s.response_ids)[torch.tensor(s.mask, dtype=torch.bool)]
+                           for s in saved])
+    assert records[0]["anchor/logp"] == pytest.approx(float(start.mean()), abs=1e-4)
+    assert records[3]["anchor/logp"] != records[0]["anchor/logp"]  # the policy moved
+
+    # A resume reads the run's own set (here cut to one trajectory), never draws a new one.
+    lines = (out / anchors.FILE).read_text().splitlines()
+    (out / anchors.FILE).write_text(lines[0] + "\n")
+    train(_coin_config(coin_model, questions_file, out, steps=4, resume=True), "test")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[4]["anchor/n"] == 1
+    assert (out / anchors.FILE).read_text() == lines[0] + "\n"
+
+
+def _start_model(path):
+    from transformers import Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM.from_pretrained(path).float().eval()
+
+
+@pytest.mark.slow
+def test_drawing_the_anchor_set_leaves_the_training_random_state_alone(
+        coin_model, questions_file, local_retriever):
+    """So a run samples the same batches with or without an anchor set."""
+    import random
+
+    from agent.backends.hf import TransformersBackend
+    from nano import anchors
+
+    backend = TransformersBackend(str(coin_model), device="cpu")
+    torch.manual_seed(7)
+    random.seed(7)
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    first = anchors.draw(backend, TimedRetriever(local_retriever),
+                         read_questions(questions_file), 2, SETTINGS)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert random.getstate() == python_state
+    again = anchors.draw(backend, TimedRetriever(local_retriever),
+                         read_questions(questions_file), 2, SETTINGS)
+    # Fixed: the same draw every time, only correct answers, at most the size asked for.
+    assert [s.response_ids for _, s in first] == [s.response_ids for _, s in again]
+    assert len(first) == 2 and all(s.reward == 1 for _, s in first)
+
+
+def test_gate_options_are_checked_and_name_the_run(tmp_path):
+    from curves.runs import guess_method
+    from nano.rl import RLConfig
+
+    with pytest.raises(ValueError, match="--method grpo does not have"):
+        RLConfig(method="grpo", gate="positive")
+    with pytest.raises(ValueError, match="--gate-tolerance is -1"):
+        RLConfig(method="llds-a", gate="tolerance", gate_tolerance=-1)
+    config = RLConfig(method="llds-a", gate="tolerance", gate_tolerance=1e-4)
+    assert (config.loss().gate, config.loss().gate_tolerance, config.loss().unit) == (
+        "tolerance", 1e-4, "action")
+    assert config.name == "nano-llds-a-gate-tolerance-lambda0.2-lr1e-05-seed0"
+    assert guess_method(config.name)[0] == "LLDS"
+    assert RLConfig(method="llds-a").name == "nano-llds-a-lambda0.2-lr1e-05-seed0"
+    assert RLConfig(method="grpo").loss().llds_lambda == 0.0
