@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from curves.parse import STEP_RANGE, LogFormatError
+from curves.parse import MAX_BYTES, STEP_RANGE, LogFormatError
 
 MAX_METRIC_FILES = 20_000
 
@@ -36,8 +36,8 @@ def is_run_folder(folder: Path) -> bool:
 
 
 def is_experiment_folder(folder: Path) -> bool:
-    return (folder / "meta.yaml").is_file() and any(
-        is_run_folder(child) for child in _subfolders(folder))
+    # Its own meta.yaml is not required: the runs are what is read.
+    return any(is_run_folder(child) for child in _subfolders(folder))
 
 
 def is_store_root(folder: Path) -> bool:
@@ -94,6 +94,11 @@ def read_metric_file(path: Path) -> tuple[dict[int, float], int]:
     return values, bad
 
 
+def metric_bytes(folder: Path) -> int:
+    """Bytes in a run folder's metric files."""
+    return sum(path.stat().st_size for path in _files_by_key(folder / "metrics").values())
+
+
 def read_run(folder: Path) -> MlflowRun:
     meta = read_meta(folder / "meta.yaml")
     run_id = meta.get("run_id") or meta.get("run_uuid") or folder.name
@@ -101,6 +106,10 @@ def read_run(folder: Path) -> MlflowRun:
     if len(metric_files) > MAX_METRIC_FILES:
         raise LogFormatError(f"{folder} holds {len(metric_files):,} metric files, over the "
                              f"limit of {MAX_METRIC_FILES:,}")
+    size = metric_bytes(folder)
+    if size > MAX_BYTES:
+        raise LogFormatError(f"{folder}'s metric files add up to {size / 2**20:.0f} MB, over "
+                             f"the {MAX_BYTES / 2**20:.0f} MB limit")
     columns: dict[str, dict[int, float]] = {}
     bad = 0
     for key, path in metric_files.items():

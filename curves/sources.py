@@ -97,11 +97,14 @@ def _subfolders(folder: Path) -> list[Path]:
         raise LogFormatError(f"cannot list the folder ({exc.strerror or exc})") from None
 
 
-def _check_budget(paths: list[Path], what: str) -> None:
+def _check_budget(paths: list[Path], what: str, size: int | None = None) -> None:
+    """At most MAX_FOLDER_FILES paths, and MAX_BYTES in all (the files' sizes, or `size`
+    for folders)."""
     if len(paths) > MAX_FOLDER_FILES:
         raise LogFormatError(f"the folder holds {len(paths):,} {what}, over the limit of "
                              f"{MAX_FOLDER_FILES:,}; pass the run folders you want one by one")
-    size = sum(p.stat().st_size for p in paths)
+    if size is None:
+        size = sum(p.stat().st_size for p in paths)
     if size > MAX_BYTES:
         raise LogFormatError(f"the folder's {what} add up to {size / 2**20:.0f} MB, over the "
                              f"{MAX_BYTES / 2**20:.0f} MB limit; pass fewer runs at a time")
@@ -229,18 +232,45 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _wandb_log_bytes(folder: Path) -> int:
+    """Bytes of the files a W&B run folder's history may be read from."""
+    files = [folder / "files" / "wandb-history.jsonl", folder / "files" / "output.log",
+             *folder.glob("run-*.wandb")]
+    return sum(path.stat().st_size for path in files if path.is_file())
+
+
 def _read_wandb_runs(root: Path, folders: list[Path]) -> ParsedFile:
-    _check_budget(folders, "run folders")
+    """Every run folder under `root`; a resumed run (several folders, one run id, named
+    run-<date>_<time>-<id>) becomes one run, its later folder winning at shared steps."""
+    _check_budget(folders, "run folders", size=sum(map(_wandb_log_bytes, folders)))
     runs: list[TrainingRun] = []
     notes: list[str] = []
-    for folder in folders:
+    by_id: dict[str, TrainingRun] = {}
+    for folder in folders:  # sorted by name: by start time for each run id
         try:
             parsed = _read_wandb_run(folder)
         except LogFormatError as exc:
             notes.append(f"{folder.name}: {exc}")
             continue
-        runs.extend(parsed.runs)
         notes.extend(f"{folder.name}: {note}" for note in parsed.notes)
+        match = _WANDB_RUN_RE.match(folder.name)
+        earlier = by_id.get(match.group(1)) if match and len(parsed.runs) == 1 else None
+        if earlier is None:
+            runs.extend(parsed.runs)
+            if match and len(parsed.runs) == 1:
+                by_id[match.group(1)] = parsed.runs[0]
+            continue
+        later = parsed.runs[0]
+        overlap = earlier.table.index.intersection(later.table.index)
+        text = f"resumed at step {later.table.index.min()} ({folder.name})"
+        if len(overlap):
+            text += (f"; steps {overlap.min()}-{overlap.max()} were logged twice, the later "
+                     "folder's values are kept")
+        merged = make_run(earlier.name, later.table.combine_first(earlier.table),
+                          earlier.source, earlier.source_format, [*earlier.notes, text],
+                          params={**earlier.params, **later.params})
+        runs[runs.index(earlier)] = merged
+        by_id[match.group(1)] = merged
     if not runs:
         raise LogFormatError("no W&B run folder here could be read: " + "; ".join(notes))
     return ParsedFile(str(root), "wandb-folder", runs, 0, notes)
@@ -305,7 +335,7 @@ def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
 
 def read_mlruns(folder: Path) -> ParsedFile:
     folders = mlruns.run_folders(folder)
-    _check_budget(folders, "MLflow runs")
+    _check_budget(folders, "MLflow runs", size=sum(map(mlruns.metric_bytes, folders)))
     runs: list[TrainingRun] = []
     notes: list[str] = []
     for run_folder in folders:

@@ -136,6 +136,46 @@ def test_wandb_folder_of_several_runs(tmp_path, table):
                                                        "synthetic-grpo-seed1"]
 
 
+def test_wandb_resumed_run_folders_merge_into_one_run(tmp_path, table):
+    wandb = pytest.importorskip("wandb")
+    import time
+
+    for attempt, steps in enumerate((table.loc[:40], table.loc[30:])):
+        run = wandb.init(project="synthetic", name="synthetic-resumed", id="synthres01",
+                         resume="allow", mode="offline", dir=str(tmp_path),
+                         settings=wandb.Settings(silent=True))
+        for step, row in steps.iterrows():
+            run.log({LIK: float(row[LIK]) - attempt, REWARD: float(row[REWARD])},
+                    step=int(step))
+        run.finish()
+        time.sleep(1.1)  # run folders are named to the second
+    assert len(list((tmp_path / "wandb").glob("offline-run-*-synthres01"))) == 2
+    (run,) = read_source(tmp_path / "wandb").runs
+    assert run.name == "synthetic-resumed"
+    assert list(run.table.index) == list(table.index)
+    np.testing.assert_array_equal(run.table.loc[:29, LIK], table.loc[:29, LIK])
+    np.testing.assert_array_equal(run.table.loc[30:, LIK], table.loc[30:, LIK] - 1)
+    assert any("steps 30-40 were logged twice" in note for note in run.notes)
+
+
+def test_folders_over_the_size_limit_are_refused_before_reading(tmp_path, table, monkeypatch):
+    import curves.mlruns
+    import curves.sources
+
+    _write_events(tmp_path / "tb" / "synthetic-a", table)
+    _legacy_wandb_folder(tmp_path, table)
+    run = tmp_path / "mlruns" / "1" / "0123abcd"
+    (run / "metrics").mkdir(parents=True)
+    (run / "meta.yaml").write_text("run_id: 0123abcd\n")
+    (run / "metrics" / "critic").mkdir()
+    (run / "metrics" / "critic" / "score").write_text("1 0.5 1\n" * 200)
+    monkeypatch.setattr(curves.sources, "MAX_BYTES", 1000)
+    monkeypatch.setattr(curves.mlruns, "MAX_BYTES", 1000)
+    for folder in ("tb", "wandb", "mlruns"):
+        with pytest.raises(LogFormatError, match="over the"):
+            read_source(tmp_path / folder)
+
+
 def test_wandb_log_cut_short_keeps_what_came_before(tmp_path, wide_table):
     folder = _wandb_offline_run(tmp_path, "synthetic-cut", wide_table, {})
     log_file = next(folder.glob("run-*.wandb"))
