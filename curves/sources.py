@@ -209,8 +209,10 @@ def _wandb_config(folder: Path) -> dict[str, str]:
     return dict(_flatten(config))
 
 
-def _wandb_run_name(folder: Path, display_name: str,
-                    config: dict[str, str] | None = None) -> str:
+def _wandb_run_name(folder: Path, display_name: str, config: dict[str, str] | None = None,
+                    fallback: str | None = None) -> str:
+    """The display name, else the config's experiment name, else the metadata's name, else
+    `fallback` (default: the folder's name)."""
     if display_name:
         return display_name
     config = _wandb_config(folder) if config is None else config
@@ -221,7 +223,7 @@ def _wandb_run_name(folder: Path, display_name: str,
     for key in ("display_name", "name"):
         if isinstance(metadata.get(key), str) and metadata[key]:
             return metadata[key]
-    return folder.resolve().name
+    return folder.resolve().name if fallback is None else fallback
 
 
 def _json_object(path: Path) -> dict:
@@ -283,7 +285,7 @@ def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
     config = _wandb_config(folder)
     logs = [wandb_file] if wandb_file else sorted(folder.glob("run-*.wandb"))
     notes: list[str] = []
-    display_name = ""
+    display_name = run_id = ""
     tables: list[pd.DataFrame] = []
     source = str(folder)
     if wandb_file is None and history.is_file():
@@ -297,7 +299,7 @@ def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
         _check_budget(logs, ".wandb logs")
         log = read_wandb_log(logs[-1])
         notes.extend(log.notes)
-        display_name = log.display_name
+        display_name, run_id = log.display_name, log.run_id
         if not config:
             config = dict(_flatten(log.config))
         if log.history:
@@ -308,7 +310,10 @@ def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
         notes.extend(parsed.notes)
         tables = [run.table for run in parsed.runs]
         source = str(files / "output.log")
-    name = _wandb_run_name(folder, display_name, config)
+    # A .wandb file outside its run folder (an upload) falls back on its run id.
+    fallback = None if wandb_file is None or _WANDB_RUN_RE.match(folder.name) else (
+        run_id or wandb_file.stem)
+    name = _wandb_run_name(folder, display_name, config, fallback)
     step = summary.get("_step")
     if not tables and isinstance(step, int) and not isinstance(step, bool):
         values = {key: float(v) for key, v in summary.items() if not key.startswith("_")

@@ -91,13 +91,20 @@ def test_cli_reads_a_logdir(tmp_path, table, capsys):
 
 # --------------------------------------------------------------------------- W&B
 
+def _finish(wandb, run) -> None:
+    """End a run and stop W&B's service: only then is a second run's log in one process
+    wholly on disk (finish alone can return before it is written)."""
+    run.finish()
+    wandb.teardown()
+
+
 def _wandb_offline_run(root: Path, name: str, table: pd.DataFrame, config: dict) -> Path:
     wandb = pytest.importorskip("wandb")
     run = wandb.init(project="synthetic", name=name, mode="offline", dir=str(root),
                      config=config, settings=wandb.Settings(silent=True))
     for step, row in table.iterrows():
         run.log({key: float(value) for key, value in row.items()}, step=int(step))
-    run.finish()
+    _finish(wandb, run)
     folders = [p for p in (root / "wandb").glob("offline-run-*")
                if (p / "files").is_dir() and any(p.glob("*.wandb"))]
     return max(folders, key=lambda p: p.stat().st_mtime_ns)
@@ -128,6 +135,20 @@ def test_wandb_offline_run_folder_and_file(tmp_path, wide_table):
         assert not [c for c in run.table.columns if c.startswith("_")]
 
 
+def test_wandb_log_uploaded_alone_without_a_name_is_named_by_its_run_id(tmp_path, table):
+    wandb = pytest.importorskip("wandb")
+    run = wandb.init(project="synthetic", id="synthnoname", mode="offline", dir=str(tmp_path),
+                     settings=wandb.Settings(silent=True))
+    run.log({REWARD: 0.5}, step=1)
+    _finish(wandb, run)
+    upload = tmp_path / "upload-5f3a"
+    upload.mkdir()
+    log_file = next((tmp_path / "wandb").glob("offline-run-*/run-synthnoname.wandb"))
+    (upload / log_file.name).write_bytes(log_file.read_bytes())
+    (parsed,) = read_source(upload / log_file.name).runs
+    assert parsed.name == "synthnoname"
+
+
 def test_wandb_folder_of_several_runs(tmp_path, table):
     _wandb_offline_run(tmp_path, "synthetic-grpo-seed0", table, {"seed": 0})
     _wandb_offline_run(tmp_path, "synthetic-grpo-seed1", table, {"seed": 1})
@@ -147,7 +168,7 @@ def test_wandb_resumed_run_folders_merge_into_one_run(tmp_path, table):
         for step, row in steps.iterrows():
             run.log({LIK: float(row[LIK]) - attempt, REWARD: float(row[REWARD])},
                     step=int(step))
-        run.finish()
+        _finish(wandb, run)
         time.sleep(1.1)  # run folders are named to the second
     assert len(list((tmp_path / "wandb").glob("offline-run-*-synthres01"))) == 2
     (run,) = read_source(tmp_path / "wandb").runs
