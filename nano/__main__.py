@@ -1,4 +1,5 @@
-"""`python -m nano data|train|rl`: the nano agent's data, its SFT run, and GRPO/LLDS.
+"""`python -m nano data|train|rl|headroom`: the nano agent's data, its SFT run, GRPO/LLDS,
+and the choice of RL questions the starting agent has room to learn on.
 
 Every command's flags are built here, by `config_parser`, from the fields of its config
 dataclass (DataConfig, TrainConfig, RLConfig; the help text is in each field's metadata),
@@ -26,6 +27,8 @@ COMMANDS = {
              "on the documents); --resume goes on from OUT/checkpoint.",
     "rl": "GRPO / LLDS training of a small search agent (nano scale, CPU); --resume goes "
           "on from OUT/checkpoint.",
+    "headroom": "Write the training questions on which the starting agent's sampled share of "
+                "right answers is in [--low, --high], for nano rl --train-data.",
 }
 TRUE = ("1", "true", "yes", "on")
 
@@ -77,6 +80,10 @@ def _config_class(command: str) -> type:
         from nano.sft import TrainConfig
 
         return TrainConfig
+    if command == "headroom":
+        from nano.headroom import HeadroomConfig
+
+        return HeadroomConfig
     from nano.rl import RLConfig
 
     return RLConfig
@@ -92,6 +99,11 @@ def _run(command: str, config, argv: list[str]) -> None:
 
         check_paths(config)
         train(config)
+    elif command == "headroom":
+        from nano.headroom import check_paths, measure, report
+
+        check_paths(config)
+        print(report(measure(config), config))
     else:
         from nano.rl import check_paths, train
 

@@ -38,7 +38,7 @@ class LossConfig:
     answer_lambda: float = 0.0  # `answer_no_reduce_lambda`: the answer span's weight (MA)
     unit: str = "response"  # what the gate judges: "response" (LLDS-R), "action" (LLDS-A)
     gate: str = "lazy"  # which fallen units are penalised (GATES)
-    gate_tolerance: float = 1e-3  # per generated token; used by the "tolerance" gate only
+    gate_tolerance: float = 1e-4  # per generated token; used by the "tolerance" gate only
 
     def __post_init__(self):
         if self.unit not in UNITS:

@@ -44,7 +44,7 @@ class RLConfig:
                                "(the fork's: A >= 0, sum(old - new) > 0), tolerance (A >= 0, "
                                "sum(old - new) > --gate-tolerance per token), positive (the "
                                "fork's test on A > 0 only)", choices=GATES)
-    gate_tolerance: float = option(1e-3, "per generated token: the fall the tolerance gate "
+    gate_tolerance: float = option(1e-4, "per generated token: the fall the tolerance gate "
                                          "ignores")
     answer_lambda: float | None = option(None, "weight of the answer span (the MA variant; "
                                                "capped at --lambda)")

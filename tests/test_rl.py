@@ -488,9 +488,9 @@ def test_gate_options_are_checked_and_name_the_run(tmp_path):
         RLConfig(method="grpo", gate="positive")
     with pytest.raises(ValueError, match="--gate-tolerance is -1"):
         RLConfig(method="llds-a", gate="tolerance", gate_tolerance=-1)
-    config = RLConfig(method="llds-a", gate="tolerance", gate_tolerance=1e-4)
+    config = RLConfig(method="llds-a", gate="tolerance", gate_tolerance=1e-3)
     assert (config.loss().gate, config.loss().gate_tolerance, config.loss().unit) == (
-        "tolerance", 1e-4, "action")
+        "tolerance", 1e-3, "action")
     assert config.name == "nano-llds-a-gate-tolerance-lambda0.2-lr1e-05-seed0"
     assert guess_method(config.name)[0] == "LLDS"
     assert RLConfig(method="llds-a").name == "nano-llds-a-lambda0.2-lr1e-05-seed0"
