@@ -86,6 +86,10 @@ def retriever_differences(retriever: Mapping[str, Any] | None) -> list[str]:
         problems.append(f"engine {engine}")
     elif retriever.get("encoder") not in (None, PAPER_ENCODER):
         problems.append(f"encoder {retriever['encoder']}")
+    if engine == "dense" and retriever.get("pooling") not in (None, "mean"):
+        problems.append(f"{retriever['pooling']} pooling (e5: mean)")
+    if engine == "dense" and retriever.get("query_prefix") not in (None, "query: "):
+        problems.append(f"query prefix {retriever['query_prefix']!r} (e5: 'query: ')")
     if documents != WIKI18_PASSAGES:
         problems.append("not wiki-18")
     label = str((retriever.get("details") or {}).get("index", ""))

@@ -303,6 +303,8 @@ def local_identity(engine_name: str, corpus: str | None, index: str | None,
                       "name_or_path", None)
     if encoder:
         out["encoder"] = str(encoder)
+        out["pooling"] = getattr(getattr(engine, "encoder", None), "pooling", None)
+        out["query_prefix"] = getattr(engine, "query_prefix", None)
     details = getattr(engine, "details", None)
     if isinstance(details, dict) and details:
         out["details"] = details

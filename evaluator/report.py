@@ -215,8 +215,9 @@ def _short(digest: Any) -> str:
 
 def _model_line(model: Mapping[str, Any]) -> str:
     if model.get("source") == "local":
+        files = model.get("weight_files", 0)
         return (f"{model.get('id')} (local {model.get('path')}; weights sha256 "
-                f"{_short(model.get('content_sha256'))}, {model.get('weight_files', 0)} files)")
+                f"{_short(model.get('content_sha256'))}, {files} file{'' if files == 1 else 's'})")
     if model.get("source") == "hub":
         return f"{model.get('id')} (hub, revision {model.get('revision') or 'unknown'})"
     return f"{model.get('id')} (served by {model.get('base_url')}; revision unknown)"

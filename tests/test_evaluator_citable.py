@@ -220,6 +220,11 @@ def test_the_other_retriever_differences():
     assert "an approximate index" in retriever_differences(ivf)[0]
     other = {**PAPER_DENSE, "encoder": "BAAI/bge-base-en-v1.5"}
     assert "encoder BAAI/bge-base-en-v1.5" in retriever_differences(other)[0]
+    assert retriever_differences({**PAPER_DENSE, "pooling": "mean", "query_prefix": "query: "}) \
+        == []
+    cls = {**PAPER_DENSE, "pooling": "cls", "query_prefix": ""}
+    assert "cls pooling (e5: mean), query prefix '' (e5: 'query: ')" in \
+        retriever_differences(cls)[0]
     server = {"url": "http://127.0.0.1:8000/retrieve", "health": None}
     assert "run with --paper-retriever" in retriever_differences(server)[0]
     assert retriever_differences({**server, "stated": "e5-base-v2 over wiki-18"}) == []
