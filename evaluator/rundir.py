@@ -287,7 +287,8 @@ def check_run_dir(run_dir: str | Path, settings: dict[str, Any],
     """Validate `run_dir` for a run with `settings` without touching it (RunDirError).
 
     A missing or empty directory takes a new run; a run directory with the same settings is
-    resumed (its stale summaries go); with other settings it is refused unless `overwrite`,
+    resumed (its stale summaries go), or grown when the selection is a superset of its own
+    (`selection_change`); with other settings it is refused unless `overwrite`,
     which removes that run's settings, `<dataset>.jsonl` files and summaries, nothing else.
     Anything else (a file, a directory of other things) is refused.
     """
