@@ -171,9 +171,13 @@ def measure(config: HeadroomConfig) -> dict:
                    encoding="utf-8")
     tmp.replace(out)
     family = [q.metadata.get("family", "-") for q in questions]
+    by_family: dict[str, Counter] = {}
+    for name, reward in zip(family, rewards, strict=True):
+        by_family.setdefault(name, Counter())[reward] += 1
     return {"seconds": time.perf_counter() - started, "measured": dict(Counter(family)),
             "selected": dict(Counter(r["metadata"].get("family", "-") for r in selected)),
-            "rewards": dict(sorted(Counter(rewards).items())),
+            "rewards": {name: dict(sorted(counts.items()))
+                        for name, counts in by_family.items()},
             "mean_reward": sum(rewards) / len(rewards)}
 
 
@@ -181,7 +185,8 @@ def report(summary: dict, config: HeadroomConfig) -> str:
     """One paragraph: how many qualified of how many, per family, and the reward spread."""
     measured, selected = summary["measured"], summary["selected"]
     per_family = ", ".join(f"{f} {selected.get(f, 0)}/{n}" for f, n in measured.items())
-    spread = ", ".join(f"{r:.2f}: {n}" for r, n in summary["rewards"].items())
+    spread = "; ".join(f"{f} " + ", ".join(f"{r:.2f}: {n}" for r, n in counts.items())
+                       for f, counts in summary["rewards"].items())
     return (f"{sum(selected.values())} of {sum(measured.values())} questions have a share "
             f"of right answers in [{config.low:g}, {config.high:g}] over {config.samples} "
             f"samples ({per_family}); mean share {summary['mean_reward']:.3f}; questions per "

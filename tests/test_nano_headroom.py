@@ -54,6 +54,30 @@ def test_bad_flags_are_refused_before_any_work(tmp_path, capsys, change, message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.jsonl", "model"]
 
 
+def test_every_field_is_a_flag_with_help():
+    import dataclasses
+
+    from nano.__main__ import config_parser
+
+    parser = config_parser("headroom", HeadroomConfig)
+    assert HeadroomConfig(**vars(parser.parse_args([]))) == HeadroomConfig()
+    assert {a.dest for a in parser._actions if a.dest != "help"} == {
+        f.name for f in dataclasses.fields(HeadroomConfig)}
+    assert all(f.metadata.get("help") for f in dataclasses.fields(HeadroomConfig))
+
+
+def test_the_report_says_how_many_qualified_of_how_many_per_family():
+    from nano.headroom import report
+
+    summary = {"seconds": 12.3, "measured": {"span": 4, "read": 2},
+               "selected": {"span": 1}, "mean_reward": 0.5,
+               "rewards": {"span": {0.0: 2, 0.25: 1, 1.0: 1}, "read": {0.5: 1, 1.0: 1}}}
+    text = report(summary, HeadroomConfig(out="h.jsonl"))
+    assert text.startswith("1 of 6 questions have a share of right answers in [0.2, 0.6] "
+                           "over 4 samples (span 1/4, read 0/2)")
+    assert "span 0.00: 2, 0.25: 1, 1.00: 1; read 0.50: 1, 1.00: 1" in text
+
+
 def test_out_is_required():
     with pytest.raises(ValueError, match="--out is required"):
         check_paths(HeadroomConfig())
@@ -96,5 +120,5 @@ def test_a_measured_file_selects_the_questions_with_headroom_and_nano_rl_reads_i
     assert [r["question"] for r in records] == ["who directed 2001 a space odyssey",
                                                 "who wrote hamlet"]
     assert all(0.2 <= r["metadata"]["headroom_reward"] <= 0.8 for r in records)
-    assert summary["rewards"].get(0.0) == 1  # the capital of France: never right
+    assert summary["rewards"]["-"].get(0.0) == 1  # the capital of France: never right
     assert [q.question for q in read_questions(out)] == [r["question"] for r in records]

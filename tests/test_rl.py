@@ -495,3 +495,55 @@ def test_gate_options_are_checked_and_name_the_run(tmp_path):
     assert guess_method(config.name)[0] == "LLDS"
     assert RLConfig(method="llds-a").name == "nano-llds-a-lambda0.2-lr1e-05-seed0"
     assert RLConfig(method="grpo").loss().llds_lambda == 0.0
+
+
+def _rl_inputs(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"question": "q", "golden_answers": ["a"]}\n')
+    return model, data
+
+
+def _anchor_line(**change) -> str:
+    record = {"id": "q0", "question": "q", "golden_answers": ["a"], "prompt_ids": [1, 2],
+              "response_ids": [3, 4, 5], "mask": [1, 0, 1], "answer_span": [0, 0, 1]}
+    return json.dumps({**record, **change}) + "\n"
+
+
+def test_an_anchor_file_is_checked_before_any_work(tmp_path):
+    from nano.anchors import AnchorError, read
+    from nano.rl import RLConfig, check_paths
+
+    model, data = _rl_inputs(tmp_path)
+    good, bad, out = tmp_path / "good.jsonl", tmp_path / "bad.jsonl", tmp_path / "out"
+    good.write_text(_anchor_line())
+    bad.write_text(_anchor_line() + _anchor_line(mask=[1, 0]))
+    config = dict(method="llds-a", model=str(model), train_data=str(data), out=str(out))
+    check_paths(RLConfig(**config, anchors=str(good)))
+    assert [s.mask for s in read(good)] == [[1, 0, 1]]
+    with pytest.raises(AnchorError, match="bad.jsonl:2: not an anchor record"):
+        check_paths(RLConfig(**config, anchors=str(bad)))
+    with pytest.raises(AnchorError, match="no such file|cannot read"):
+        check_paths(RLConfig(**config, anchors=str(tmp_path / "missing.jsonl")))
+    with pytest.raises(ValueError, match="--anchor-size 0"):
+        check_paths(RLConfig(**config, anchors=str(good), anchor_size=0))
+    # A run keeps its own set: another file is refused, the same one accepted.
+    out.mkdir()
+    (out / "anchors.jsonl").write_text(_anchor_line(id="other"))
+    with pytest.raises(ValueError, match="a run keeps its own set"):
+        check_paths(RLConfig(**config, anchors=str(good)))
+    (out / "anchors.jsonl").write_text(good.read_text())
+    check_paths(RLConfig(**config, anchors=str(good)))
+    assert not (out / "command.txt").exists()
+
+
+def test_an_anchor_set_of_another_tokenizer_is_refused():
+    from nano.anchors import AnchorError, check_tokens
+    from nano.rollout import Sample
+
+    samples = [Sample(0, 1.0, [1, 2], [3, 900], [1, 1], [0, 0], 1, "a")]
+    check_tokens(samples, 901, "set.jsonl")
+    with pytest.raises(AnchorError, match="token id 900 is outside the model's vocabulary"):
+        check_tokens(samples, 900, "set.jsonl")
