@@ -4,7 +4,9 @@ One step: batched rollouts through the project's agent loop (n samples per quest
 temperature 1), EM rewards, group advantages, old and reference log-probs in a forward pass
 before the update (as verl recomputes them), then PPO mini-batches with AdamW. The loss is
 nano/llds.py. Logs go to a verl-style console log and JSON lines that `python -m curves`
-reads. Full-scale training is verl with the LLDS fork; this is its recipe at laptop scale.
+reads: the LLDS fork's keys, and measures of displacement of our own (per advantage class
+over the whole step, and the likelihood of a fixed anchor set; docs/llds.md). Full-scale
+training is verl with the LLDS fork; this is its recipe at laptop scale.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ class RLConfig:
     seed: int = option(0, "seeds the question order and the sampling")
     threads: int = option(2, "torch threads")
     save_every: int = option(10, "steps between checkpoints")
-    anchor_size: int = option(64, "correct trajectories of the starting model kept as the "
-                                  "anchor set (OUT/anchors.jsonl); 0: none")
+    anchor_size: int = option(64, "correct trajectories of the starting model drawn as the "
+                                  "anchor set (OUT/anchors.jsonl; a set read from --anchors "
+                                  "is used whole); 0: no anchor set")
     anchor_every: int = option(5, "steps between measures of anchor/logp")
     anchors: str = option("", "an anchors.jsonl to use instead of sampling a set (copied "
                               "into OUT)")
