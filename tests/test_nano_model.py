@@ -93,3 +93,27 @@ def test_held_out_em(backend):
     short = AgentSettings(max_turns=2, max_new_tokens=64)
     without = score(few, run_batched(few, backend, EmptyRetriever(), short))
     assert without["em"] == MEASURED_EM_WITHOUT
+
+
+@pytest.mark.slow
+def test_naturalqa_test_em_is_the_figure_the_ask_tab_shows(backend):
+    """All of naturalqa's test split (hand-written questions), batched as the evaluator runs
+    them: the count right is the one `assets/ask_examples.json` records (measured one question
+    at a time by `python -m app.ui.examples`) and the Ask tab shows beside its examples."""
+    import time
+
+    from app.ui.examples import examples_score
+    from evaluator.benchmarks import LOCAL_BENCHMARKS, load_local
+    from nano.evaluate import run_batched, score
+    from retriever.client import LocalRetriever
+
+    questions = load_local(LOCAL_BENCHMARKS["naturalqa"], "naturalqa")[0]
+    start = time.perf_counter()
+    result = score(questions, run_batched(questions, backend, LocalRetriever("bm25"),
+                                          AgentSettings()))
+    print(f"naturalqa test: EM {result['em']:.3f} on {len(questions)} questions in "
+          f"{time.perf_counter() - start:.1f} s, per family {result['per_family']}")
+    right, asked = examples_score()
+    assert asked == len(questions)
+    assert round(result["em"] * asked) == pytest.approx(right, abs=2)
+    assert result["searches"] == pytest.approx(1.0, abs=0.05)  # one search a question
