@@ -1,6 +1,8 @@
 """Write the question files the nano RL runs used, from the nano package's question builder.
 
-    python assets/nano-runs/make_questions.py OUT_DIR
+    PYTHONPATH=. python assets/nano-runs/make_questions.py OUT_DIR
+
+(from the checkout; plain `python` after `pip install -e .`: it imports the nano package).
 
 train.jsonl: one phrasing of every question about a training-split article (no vitalqa
 article), in a stable shuffled order. val.jsonl: every 6th record of
