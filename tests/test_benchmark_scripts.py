@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +35,20 @@ def test_every_benchmark_imports_as_a_module_with_its_help():
     help_run = subprocess.run([sys.executable, "-m", "benchmarks.curves", "--help"], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
     assert help_run.returncode == 0 and "usage" in help_run.stdout, help_run.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_copy_circuit_as_in_the_readme_shows_the_hand_set_heads_carry_every_answer(tmp_path):
+    """`python -m benchmarks.copy_circuit` on a small sample: with either wired head off the
+    shipped model ends no run with an answer (what the README and the model card say)."""
+    out = tmp_path / "rows.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.copy_circuit", "--sets",
+                          "naturalqa", "--limit", "2", "--engine", "bm25s", "--json", str(out)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {row["variant"]: row for row in json.loads(out.read_text())}
+    assert rows["intact"]["well_formed"] == 1.0
+    for variant, row in rows.items():
+        if "head 0" in variant:
+            assert row["em"] == 0 and row["well_formed"] == 0, variant
+    assert "EM relative to the intact model" in run.stdout
