@@ -138,8 +138,7 @@ def measure(config: HeadroomConfig) -> dict:
     from tqdm import tqdm
 
     from agent.backends.hf import TransformersBackend
-    from agent.loop import AgentSettings
-    from nano.rollout import TimedRetriever, rollout
+    from nano.rollout import TimedRetriever, rollout, rollout_settings
     from retriever.client import LocalRetriever
 
     questions = file_candidates(config) if config.questions else written_candidates(config)
@@ -149,10 +148,7 @@ def measure(config: HeadroomConfig) -> dict:
     torch.manual_seed(config.seed)
     backend = TransformersBackend(config.model, device="cpu", dtype="float32")
     retriever = TimedRetriever(LocalRetriever(engine=config.engine, corpus=config.corpus))
-    settings = AgentSettings(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
-                             max_obs_tokens=config.max_obs_tokens,
-                             max_context_tokens=config.max_context_tokens, greedy=False,
-                             temperature=config.temperature, top_p=config.top_p)
+    settings = rollout_settings(config)
     started = time.perf_counter()
     rewards: list[float] = []
     with tqdm(total=len(questions), desc="headroom", unit="question") as bar:

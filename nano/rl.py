@@ -391,13 +391,10 @@ def save_checkpoint(directory: Path, model, tokenizer, optimizer, scheduler, ste
 # ------------------------------------------------------------------------ the loop
 
 def validate(backend, retriever, questions, config: RLConfig) -> float:
-    from agent.loop import AgentSettings
-    from nano.rollout import rollout
+    from nano.rollout import rollout, rollout_settings
 
-    settings = AgentSettings(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
-                             max_obs_tokens=config.max_obs_tokens,
-                             max_context_tokens=config.max_context_tokens, greedy=True)
-    samples = rollout(backend, retriever, questions[:config.val_limit], 1, settings)
+    samples = rollout(backend, retriever, questions[:config.val_limit], 1,
+                      rollout_settings(config, greedy=True))
     return sum(s.reward for s in samples) / len(samples)
 
 
@@ -407,9 +404,8 @@ def train(config: RLConfig, command: str = "") -> Path:
     from tqdm import tqdm
 
     from agent.backends.hf import TransformersBackend
-    from agent.loop import AgentSettings
     from nano.llds import group_advantages
-    from nano.rollout import TimedRetriever, rollout
+    from nano.rollout import TimedRetriever, rollout, rollout_settings
     from retriever.client import LocalRetriever
 
     check_paths(config)
@@ -445,10 +441,7 @@ def train(config: RLConfig, command: str = "") -> Path:
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(state["rng"]["python"])
     retriever = TimedRetriever(LocalRetriever(engine=config.engine, corpus=config.corpus))
-    settings = AgentSettings(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
-                             max_obs_tokens=config.max_obs_tokens,
-                             max_context_tokens=config.max_context_tokens, greedy=False,
-                             temperature=config.temperature, top_p=config.top_p)
+    settings = rollout_settings(config)
     loss_config = config.loss()
     if config.anchor_size and anchor_set is None:
         anchor_set = draw_anchor_set(reference, retriever, train_questions, settings, config,

@@ -20,6 +20,16 @@ from evaluator.metrics import exact_match
 _ANSWER_SPAN_RE = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 
 
+def rollout_settings(config, greedy: bool = False) -> AgentSettings:
+    """The agent's settings from a config with the rollout fields (`nano rl`, `nano
+    headroom`): sampled at its temperature and top-p, or greedy (validation)."""
+    sampling = {} if greedy else {"temperature": config.temperature, "top_p": config.top_p}
+    return AgentSettings(max_turns=config.max_turns, max_new_tokens=config.max_new_tokens,
+                         max_obs_tokens=config.max_obs_tokens,
+                         max_context_tokens=config.max_context_tokens, greedy=greedy,
+                         **sampling)
+
+
 @dataclass
 class Sample:
     """One response to one question, tokenised for training."""
