@@ -19,6 +19,11 @@ with every threshold in `PhaseRule`:
   `spike_window` values.
 * Peak / trend: the likelihood smoothed with a centred rolling mean of `smooth_window`
   points; the peak is its maximum.
+* A log with an anchor set (`anchor/logp`: a fixed set of correct trajectories re-scored
+  every few steps) of at least `min_steps` points is read from it instead: it scores the
+  same tokens each time, so it moves with the policy only, while the fork's key is the
+  last micro-batch's samples and moves with how hard they were (it tracked the reference
+  model's log-prob of the same samples at r 0.89-0.92 in the nano runs of issue 28).
 * Plain GRPO logs (Search-R1's own) have no likelihood keys. Then the same piecewise rule
   runs on a stand-in, the first present of `FALLBACK_SERIES`: the entropy, then the
   response length, each rising where the likelihood would fall (in units of its median, so
@@ -341,8 +346,13 @@ def bin_means(values: pd.Series, max_points: int) -> pd.Series:
     return means
 
 
-def _signal(table: pd.DataFrame, keys: dict[str, str]) -> tuple[str, pd.Series, bool] | None:
+def _signal(table: pd.DataFrame, keys: dict[str, str],
+            rule: PhaseRule) -> tuple[str, pd.Series, bool] | None:
     """(raw key, values where a fall means displacement, is the likelihood itself)."""
+    if "anchor_logp" in keys:
+        anchor = table[keys["anchor_logp"]].dropna()
+        if len(anchor) >= rule.min_steps:
+            return keys["anchor_logp"], anchor, True
     if "lik_pos" in keys:
         return keys["lik_pos"], table[keys["lik_pos"]].dropna(), True
     for metric_id in FALLBACK_SERIES:
@@ -370,7 +380,7 @@ def _likelihood_findings(result: RunAnalysis, run: TrainingRun, values: pd.Serie
 
 def _phases(result: RunAnalysis, run: TrainingRun, keys: dict[str, str],
             rule: PhaseRule) -> None:
-    signal = _signal(run.table, keys)
+    signal = _signal(run.table, keys, rule)
     if signal is None:
         result.notes.append("no actor/pos_avg_old_log_prob (logged by the LLDS verl fork) "
                             "and no entropy or response length to stand in: likelihood phases "

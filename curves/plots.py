@@ -159,6 +159,9 @@ def _label(x: float, y: float, text: str, colour: str, yanchor: str = "top") -> 
                 font=dict(size=10, color=colour), text=text)
 
 
+FORK_LIKELIHOOD = "actor/pos_avg_old_log_prob"  # the key a phase label needs not name
+
+
 def _phase_marks(analyses: Sequence[RunAnalysis],
                  colours: dict[str, str]) -> tuple[list[dict], list[dict]]:
     """Shapes and labels shading phases II and III of each run in the run's colour."""
@@ -176,7 +179,7 @@ def _phase_marks(analyses: Sequence[RunAnalysis],
             name = "steady decay" if label == "II" else "accelerated collapse"
             series = analysis.phase_series.get(label, "")
             source = f" (from {series.split(' ', 1)[0]})" if series and (
-                label == "III" or analysis.likelihood_key is None) else ""
+                label == "III" or analysis.likelihood_key != FORK_LIKELIHOOD) else ""
             labels.append(_label(start, 1.0, f"{analysis.run}: {label} {name} @ {start}{source}",
                                  colour))
     return shapes, labels

@@ -134,3 +134,31 @@ def test_ema_weight():
     values = pd.Series([0.0, 1.0, 1.0])
     assert list(ema(values, 0.0)) == [0.0, 1.0, 1.0]
     np.testing.assert_allclose(ema(values, 0.5), [0.0, 0.5, 0.75])
+
+
+def test_phases_come_from_the_anchor_set_when_it_has_enough_points():
+    """A fixed anchor set re-scored every 5 steps (31 points over 150 steps) is the
+    likelihood the phases are read from; the fork's noisy key (here flat) is not. With
+    fewer points than the rule needs, the fork's key is used as before."""
+    import numpy as np
+    import pandas as pd
+
+    from curves.analysis import analyse_run
+    from curves.runs import TrainingRun
+
+    steps = np.arange(151)
+    rng = np.random.default_rng(0)
+    fork = pd.Series(-0.7 + rng.normal(0, 0.05, len(steps)), index=steps)
+    anchor = pd.Series(np.where(steps < 60, -0.7, -0.7 - 0.004 * (steps - 60)), index=steps)
+    anchor[steps % 5 != 0] = np.nan
+    table = pd.DataFrame({"actor/pos_avg_old_log_prob": fork, "anchor/logp": anchor,
+                          "critic/score/mean": 0.5}, index=steps)
+    result = analyse_run(TrainingRun(name="r", table=table, source="x", source_format="jsonl"))
+    assert result.likelihood_key == "anchor/logp"
+    assert result.phase_series.get("II") == "anchor/logp"
+    assert 50 <= result.decay_onset <= 75
+    sparse = table.copy()
+    sparse.loc[sparse.index > 100, "anchor/logp"] = np.nan  # 21 points: too few
+    result = analyse_run(TrainingRun(name="r", table=sparse, source="x", source_format="jsonl"))
+    assert result.likelihood_key == "actor/pos_avg_old_log_prob"
+    assert result.decay_onset is None  # the flat, noisy fork key declines nowhere

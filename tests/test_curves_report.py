@@ -164,8 +164,8 @@ def test_cli_as_in_the_readme_two_train_logs_in_run_folders(tmp_path):
     """`python -m curves runs/grpo/train.log runs/llds-a/train.log --out report.html`
     on the shipped nano runs: same file name, same run name inside; both are plotted, told
     apart by their folders."""
-    shipped = ROOT / "assets" / "nano-runs"
-    for folder, run in (("grpo", "nano-grpo"), ("llds-a", "nano-llds-a")):
+    shipped = ROOT / "assets" / "nano-runs" / "preliminary"
+    for folder, run in (("grpo", "s5-nano-grpo"), ("llds-a", "s5-nano-llds-a")):
         (tmp_path / "runs" / folder).mkdir(parents=True)
         text = (shipped / run / "train.log").read_text(encoding="utf-8")
         (tmp_path / "runs" / folder / "train.log").write_text(text, encoding="utf-8")

@@ -165,7 +165,7 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
         assert component(demo, "curves-bundled")["props"]["visible"] is True
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
         messages, summary, labels, first_plot, *_ = client.predict(
-            0.6, True, api_name="/curves_bundled")
+            0.6, True, "minmax", api_name="/curves_bundled")
         assert "made by this project on a CPU" in messages
         assert messages.count("not the paper's runs") == 1
         assert "- `grpo`: grpo, seed 0" in messages  # from its command.txt
@@ -184,7 +184,7 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
         messages, _, labels, *_ = client.predict(
             None, {"headers": ["run", "method"],
                    "data": [["nano-grpo", "LLDS"], ["nano-llds-a", "LLDS"]]},
-            0.6, True, api_name="/curves")
+            0.6, True, "minmax", api_name="/curves")
         assert {row[0]: row[1] for row in labels["data"]}["nano-grpo"] == "LLDS"
         assert "made by this project" in messages
         # Only the label the user changed reads as set by the user.

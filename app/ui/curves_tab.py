@@ -18,11 +18,13 @@ from app.ui.transcript import escape
 PLOT_SLOTS = 16  # more than the panels curves draws for a verl log, so none is cut
 BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
 BUNDLED_NOTE = (
-    "**The bundled runs** are short training runs of the nano search agent (this studio's "
-    "default model) made by this project on a CPU, one with plain GRPO and one with GRPO "
-    "plus the LLDS term: not the paper's runs (3B-7B models on GPUs), so not comparable "
-    "with its numbers. They show at toy scale what the paper is about: whether the "
-    "likelihood of the model's good responses falls during GRPO.")
+    "**The bundled runs** are short training runs of an earlier version of the nano search "
+    "agent (this studio's default model) made by this project on a CPU, with plain GRPO "
+    "and with GRPO plus the LLDS term, several seeds each (drawn as their mean with a band; "
+    "\"each run\" shows every seed): not the paper's runs (3B-7B models on GPUs), so not "
+    "comparable with its numbers. They test at toy scale what the paper is about: whether "
+    "the likelihood of the model's good responses falls during GRPO. "
+    "`assets/nano-runs/README.md` has the pre-registered criteria and what came out.")
 PHASE_RULE_NOTE = (
     "The phase columns use a strict rule (a straight-line decline over at least "
     "{segment} logged steps, far outside the noise); a shorter or noisier fall reads "
@@ -35,7 +37,10 @@ SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "accelerated collapse onset (III)": "collapse onset (III)",
                 "reward collapsed": "reward collapsed", "notes": "notes"}
 SUMMARY_WIDTHS = ["22%", "7%", "6%", "8%", "9%", "8%", "8%", "8%", "24%"]
-_SETTINGS = {"--method": "{}", "--lr": "lr {}", "--steps": "{} steps", "--seed": "seed {}"}
+_SETTINGS = {"--method": "{}", "--gate": "{} gate", "--lr": "lr {}", "--steps": "{} steps",
+             "--seed": "seed {}"}
+# How runs that differ only by seed are drawn (curves.seeds.BANDS; "none": each run alone).
+SEED_CHOICES = [("mean, min-max band", "minmax"), ("mean ± 1 SE", "se"), ("each run", "none")]
 
 
 def run_settings(log: Path) -> str:
@@ -93,7 +98,7 @@ class CurvesTab:
                     "set in: the likelihood of the model's good responses falling while "
                     "training goes on. Each run's method (GRPO or LLDS) is guessed from its "
                     "name; correct it in the table and press Analyze."
-                    + (" Or try the two small runs this studio ships." if bundle else ""))
+                    + (" Or try the small GRPO and LLDS runs this studio ships." if bundle else ""))
         self.try_bundled = gr.Button("Try the bundled runs", visible=bool(bundle),
                                      elem_id="curves-bundled")
         self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
@@ -110,6 +115,8 @@ class CurvesTab:
                 self.smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01,
                                            label="Smoothing (EMA)")
                 self.annotate = gr.Checkbox(True, label="Annotate phases")
+                self.seeds = gr.Radio(SEED_CHOICES, value="minmax", elem_id="curves-seeds",
+                                      label="Runs that differ only by seed")
                 self.analyze = gr.Button("Analyze", variant="primary",
                                          elem_id="curves-analyze")
         self.messages = gr.Markdown("", elem_id="curves-messages")
@@ -119,8 +126,8 @@ class CurvesTab:
                                     column_widths=SUMMARY_WIDTHS)
         self.plots = [gr.Plot(visible=False) for _ in range(PLOT_SLOTS)]
 
-    def run(self, paths, table, weight: float, notes: bool, guessed: dict | None = None,
-            preface: str = "", bundled: bool = False) -> dict:
+    def run(self, paths, table, weight: float, notes: bool, band: str = "minmax",
+            guessed: dict | None = None, bundled: bool = False) -> dict:
         """Analyse the files; `guessed` (run -> method guessed before) is None for new files,
         whose methods are guessed afresh: only a label the user changed is passed on."""
         from curves import analyze_uploads
@@ -138,7 +145,8 @@ class CurvesTab:
                        if guessed.get(run) != method} or None
         try:
             result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
-                                     annotate=bool(notes))
+                                     annotate=bool(notes),
+                                     band=None if band in (None, "none") else band)
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
             return {**update, self.messages: f"**Could not analyse the files:** "
                                              f"{escape(str(err))}",
@@ -163,9 +171,9 @@ class CurvesTab:
             update[self.guessed] = {r.name: r.method for r in result.runs}
         return update
 
-    def uploaded(self, paths, table, weight: float, notes: bool) -> dict:
+    def uploaded(self, paths, table, weight: float, notes: bool, band: str) -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
-        return {**self.run(paths, table, weight, notes), self.showing_bundled: False}
+        return {**self.run(paths, table, weight, notes, band), self.showing_bundled: False}
 
     def bundled_text(self, result) -> str:
         """What the bundled runs are and what their likelihood did (the table's figures)."""
@@ -180,24 +188,25 @@ class CurvesTab:
                  if settings else ""]
         return "\n\n".join(p for p in parts if p)
 
-    def load_bundled(self, weight: float, notes: bool) -> dict:
+    def load_bundled(self, weight: float, notes: bool, band: str) -> dict:
         """Plot the bundled runs (GRPO and LLDS overlaid), saying what they are."""
-        update = self.run([str(p) for p in self.bundled], [], weight, notes, bundled=True)
+        update = self.run([str(p) for p in self.bundled], [], weight, notes, band,
+                          bundled=True)
         return {**update, self.files: None, self.showing_bundled: True}
 
-    def analyze_clicked(self, paths, table, weight: float, notes: bool, bundled: bool,
-                        guessed: dict) -> dict:
+    def analyze_clicked(self, paths, table, weight: float, notes: bool, band: str,
+                        bundled: bool, guessed: dict) -> dict:
         """Analyze: the uploads, or the bundled runs when they are what is shown, with the
         labels the user changed."""
         if not paths and bundled:
-            return self.run([str(p) for p in self.bundled], table, weight, notes,
+            return self.run([str(p) for p in self.bundled], table, weight, notes, band,
                             guessed or {}, bundled=True)
-        return self.run(paths, table, weight, notes, guessed or {})
+        return self.run(paths, table, weight, notes, band, guessed or {})
 
     def wire(self) -> None:
-        inputs = [self.files, self.labels, self.smoothing, self.annotate]
+        inputs = [self.files, self.labels, self.smoothing, self.annotate, self.seeds]
         outputs = [self.messages, self.summary, self.labels, self.guessed, *self.plots]
-        self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate],
+        self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate, self.seeds],
                                [*outputs, self.files, self.showing_bundled],
                                api_name="curves_bundled")
         # upload, not change: "Try the bundled runs" empties the box, which is no upload.
