@@ -175,6 +175,11 @@ def main(argv: list[str]) -> int:
         print(f"error: no run folder (metrics.jsonl and command.txt) in {runs_root}",
               file=sys.stderr)
         return 2
+    evals = {p.name: pooled_em(p) for p in sorted(evals_root.iterdir())
+             if p.is_dir()} if evals_root is not None and evals_root.is_dir() else {}
+    # An evaluation still running (or stopped) has fewer questions than the others: it is
+    # marked and left out of the LLDS criterion.
+    pool_size = max((len(scores) for scores in evals.values()), default=0)
     em_by_method: dict[str, dict[int, dict[str, int]]] = {}
     shown: dict[str, list[bool]] = {}
     header = ["run", "method", "seed", "steps", "reward 1-10 → last 10", "final EM (pool)",
@@ -190,10 +195,13 @@ def main(argv: list[str]) -> int:
         d = displacement(rows)
         kl = _window(_series(rows, "actor/kl_loss"), last)
         em = "-"
-        if evals_root is not None and (evals_root / run.name).is_dir():
-            scores = pooled_em(evals_root / run.name)
-            em_by_method.setdefault(label, {})[seed] = scores
+        scores = evals.get(run.name)
+        if scores:
             em = f"{_mean(list(scores.values())):.3f} (n {len(scores)})"
+            if len(scores) < pool_size:
+                em += " partial"
+            else:
+                em_by_method.setdefault(label, {})[seed] = scores
         shown.setdefault(label, []).append(d["shown"])
         score = _series(rows, "critic/score/mean")
         first, final = _window(score, WINDOW), _window(score, last)
@@ -208,12 +216,10 @@ def main(argv: list[str]) -> int:
                  "shown" if d["shown"] else "not shown",
                  " / ".join("-" if step is None else str(step) for step in phase_two(run))]
         print("| " + " | ".join(cells) + " |")
-    if evals_root is not None and evals_root.is_dir():
-        for other in sorted(p for p in evals_root.iterdir() if p.is_dir()):
-            if other.name not in {run.name for run in runs}:
-                scores = pooled_em(other)
-                print(f"\n{other.name} (no training run here): final EM (pool) "
-                      f"{_mean(list(scores.values())):.3f} (n {len(scores)})")
+    for name, scores in evals.items():
+        if name not in {run.name for run in runs} and scores:
+            print(f"\n{name} (no training run here): final EM (pool) "
+                  f"{_mean(list(scores.values())):.3f} (n {len(scores)})")
     print()
     grpo = shown.get("GRPO", [])
     print(f"Displacement (>= 2 of 3 GRPO seeds): {sum(grpo)} of {len(grpo)} GRPO runs -> "
