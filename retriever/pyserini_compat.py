@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 
 DEFAULT_JAVA_HEAP = "4g"
@@ -106,9 +107,18 @@ def load_lucene():
             placeholder = "OPENAI_API_KEY" not in os.environ
             if placeholder:
                 os.environ["OPENAI_API_KEY"] = "unused-placeholder-for-pyserini-import"
+            # The JVM's threads inherit this thread's signal mask: started with the shutdown
+            # signals blocked, none of them can take a Ctrl-C or SIGTERM meant for Python
+            # (the kernel hands a process's signal to any thread that does not block it; one
+            # taken by a JVM thread left the main thread asleep through it).
+            blocked = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+            mask = (signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+                    if hasattr(signal, "pthread_sigmask") else None)
             try:
                 import pyserini.search.lucene  # noqa: F401
             finally:
+                if mask is not None:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
                 if placeholder:
                     os.environ.pop("OPENAI_API_KEY", None)
             _quiet_lucene_logging()

@@ -78,3 +78,34 @@ def test_sigint_and_sigterm_reach_python_after_the_jvm_starts():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+THREADS = """
+import os
+import signal
+from retriever.pyserini_compat import load_lucene
+
+load_lucene()
+open_to = []
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/status") as status:
+        fields = dict(line.split(":", 1) for line in status if ":" in line)
+    blocked = int(fields["SigBlk"].split()[0], 16)
+    if not blocked & (1 << (signal.SIGINT - 1)) or not blocked & (1 << (signal.SIGTERM - 1)):
+        open_to.append(tid)
+print(len(os.listdir("/proc/self/task")), open_to == [str(os.getpid())])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_only_the_main_thread_takes_sigint_and_sigterm_once_the_jvm_runs():
+    """The kernel gives a process's signal to any thread that does not block it: a JVM
+    thread that took Ctrl-C left the main thread asleep through it (a flaky hang). Every
+    JVM thread is started with the shutdown signals blocked; the main thread has them."""
+    pytest.importorskip("pyserini")
+    done = subprocess.run([sys.executable, "-c", THREADS], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    threads, only_main = done.stdout.split()[-2:]
+    assert int(threads) > 5 and only_main == "True"  # the JVM's threads exist, all blocking
