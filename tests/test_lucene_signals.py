@@ -20,7 +20,13 @@ import pytest
 from tests.conftest import ROOT
 
 CHILD = """
+import signal
 import time
+
+# Python's own dispositions, whatever the test process left to inherit (a disposition set to
+# "ignore" survives exec: the child would then never see the signal at all).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from retriever.pyserini_compat import java_max_heap_mb, load_lucene
 
 load_lucene()
