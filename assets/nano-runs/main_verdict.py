@@ -40,10 +40,10 @@ def _mean(values: list[float]) -> float:
 
 
 def _se(values: list[float]) -> float:
-    if len(values) < 2:
-        return math.inf
-    m = _mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values))
+    from evaluator.stats import mean_se  # the project's one sample SE; inf: too few values
+
+    se = mean_se(values)
+    return math.inf if se is None else se
 
 
 def _series(rows: list[dict], key: str) -> dict[int, float]:
