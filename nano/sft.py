@@ -34,6 +34,11 @@ class TrainConfig:
     tokenizer: Path = option(Path("nano-data/tokenizer"), "the tokenizer directory")
     out: Path = option(Path("nano-run"), "where the checkpoint and the model go")
     init: Path | None = option(None, "start from this saved model instead of from scratch")
+    # More capacity without relearning what --init already does (nano/grow.py).
+    grow_layers: int = option(0, "with --init: append layers that start silent, up to this "
+                                 "many in all (0: as saved)")
+    grow_intermediate: int = option(0, "with --init: widen every MLP to this many units, the "
+                                       "new ones silent at first (0: as saved)")
     resume: bool = option(False, "go on from OUT/checkpoint (an existing one is refused "
                                  "without this flag)")
     hidden: int = option(256, "width of the residual stream")
@@ -92,7 +97,7 @@ class TrainConfig:
                                          "save_every", "log_every"),
                      not_negative=("steps", "minutes", "warmup", "weight_decay", "doc_weight",
                                    "copy_drills", "induction_steps", "induction_every",
-                                   "content_weight"))
+                                   "content_weight", "grow_layers", "grow_intermediate"))
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
         if not self.lr > 0:
@@ -112,6 +117,9 @@ class TrainConfig:
             raise ValueError(f"--wire-induction writes a circuit into fresh weights, and --init "
                              f"{self.init} gives trained ones that would be used as they are: "
                              "pass one of the two.")
+        if (self.grow_layers or self.grow_intermediate) and self.init is None:
+            raise ValueError("--grow-layers and --grow-intermediate grow a trained model: pass "
+                             "it with --init (a fresh one takes --layers and --intermediate).")
 
 
 def _has_tokenizer(path: Path) -> bool:
@@ -412,6 +420,12 @@ def train(config: TrainConfig, log=print) -> dict:
                              "give the tokenizer the model was trained with.")
         state = None
         log(f"starting from the weights in {config.init}")
+        if config.grow_layers or config.grow_intermediate:
+            from nano.grow import grow
+
+            model = grow(model, config.grow_layers, config.grow_intermediate, seed=config.seed)
+            log(f"grown to {model.config.num_hidden_layers} layers, MLP "
+                f"{model.config.intermediate_size} wide (new parts silent; nano/grow.py)")
     else:
         model = Qwen2ForCausalLM(model_config(config, tokenizer))
         if config.wire_induction:
