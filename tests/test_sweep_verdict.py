@@ -42,6 +42,7 @@ def test_cli_picks_the_highest_passing_lr(tmp_path):
         (run / "metrics.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows(early, late, kl)))
     out = subprocess.run([sys.executable, str(SCRIPT), *sorted(map(str, tmp_path.iterdir()))],
+                         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""},
                          capture_output=True, text=True, check=True).stdout
     assert "chosen lr: 0.0001" in out
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope")],

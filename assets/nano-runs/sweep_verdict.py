@@ -1,6 +1,6 @@
 """The learning-rate sweep's pre-registered rule, applied to the runs' metrics.jsonl files.
 
-    python assets/nano-runs/sweep_verdict.py RUN_DIR [RUN_DIR ...]
+    PYTHONPATH=. python assets/nano-runs/sweep_verdict.py RUN_DIR [RUN_DIR ...]
 
 Rule (README, "Pre-registration"): the highest lr at which GRPO improves for >= 50 steps with
 KL to the start below ~0.1, read as: "improves" = the mean `critic/score/mean` over steps
@@ -27,10 +27,10 @@ def _mean(values: list[float]) -> float:
 
 
 def _se(values: list[float]) -> float:
-    if len(values) < 2:
-        return math.inf
-    m = _mean(values)
-    return math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1) / len(values))
+    from evaluator.stats import mean_se  # the project's one sample SE; inf: too few values
+
+    se = mean_se(values)
+    return math.inf if se is None else se
 
 
 def verdict(rows: list[dict]) -> dict:
