@@ -351,31 +351,43 @@ def now() -> str:
 
 def collect(args: Any, backend: Any, retriever: Any, datasets: Iterable[str] = ()
             ) -> dict[str, Any]:
-    """The provenance of a run session from the CLI's flags, the loaded backend, the
-    retriever (an in-process one is opened here, as its first search would) and the
-    datasets it reads."""
+    """The provenance of a CLI run session: `session_entry` from the CLI's flags."""
+    return session_entry(args.model, args.backend, backend, retriever, datasets,
+                         base_url=args.base_url, data_dir=args.data_dir,
+                         merged_parquet=args.merged_parquet,
+                         paper_retriever=getattr(args, "paper_retriever", False))
+
+
+def session_entry(model_name: str, kind: str, backend: Any, retriever: Any,
+                  datasets: Iterable[str] = (), *, base_url: str | None = None,
+                  data_dir: str | None = None, merged_parquet: str | None = None,
+                  paper_retriever: bool = False) -> dict[str, Any]:
+    """The provenance of one run session (the CLI's or the Evaluate tab's): the model as
+    named and as loaded, the retriever (an HTTP server's /health, or the in-process engine,
+    opened here as its first search would), the packages, the device and the data read."""
     from agent.models import resolve
     from retriever.engine import canonical_engine
 
     config = getattr(getattr(backend, "model", None), "config", None)
-    model = model_identity(args.model, resolve(args.model), args.backend,
+    model = model_identity(model_name, resolve(model_name), kind,
                            loaded_revision=getattr(config, "_commit_hash", None),
-                           base_url=args.base_url)
+                           base_url=base_url)
     packages = ["torch", "transformers"]
-    if args.backend == "openai":
+    if kind == "openai":
         packages.append("openai")
-    if args.retriever_url:
-        found = server_identity(args.retriever_url)
-        if getattr(args, "paper_retriever", False):
+    if getattr(retriever, "url", None):
+        found = server_identity(retriever.url)
+        if paper_retriever:
             found["stated"] = "e5-base-v2 over wiki-18 (stated with --paper-retriever)"
     else:
-        engine = canonical_engine(args.engine)
+        spec = retriever.spec
+        engine = canonical_engine(spec["engine"])
         packages += [p for p in engine_packages(engine)]
-        found = local_identity(engine, args.corpus, args.index, retriever.engine)
+        found = local_identity(engine, spec["corpus"], spec["index"], retriever.engine)
     versions = package_versions(packages)
     return {"date": now(), "model": model, "studio": studio_identity(),
             "packages": {k: v for k, v in versions.items() if v is not None
                          or k in ("torch", "transformers")},
             "device": device_name(backend), "retriever": found,
-            "data": {name: data_identity(name, args.data_dir, args.merged_parquet)
+            "data": {name: data_identity(name, data_dir, merged_parquet)
                      for name in datasets}}

@@ -92,7 +92,7 @@ def tiny_models(tmp_path_factory, default_corpus) -> dict[str, Path]:
 def local_retriever(bm25s_engine):
     from retriever.client import LocalRetriever
 
-    return LocalRetriever(opened=bm25s_engine)
+    return LocalRetriever(engine="bm25s", opened=bm25s_engine)  # the spec says what it is
 
 
 @pytest.fixture(scope="module")

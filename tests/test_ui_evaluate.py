@@ -30,6 +30,16 @@ def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_re
     assert len(runs) == 1
     lines = (runs[0] / "nq.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(x)["searches"] == 1 for x in lines)
+    # provenance recorded as the CLI records it, and a second press adds no second entry
+    settings = json.loads((runs[0] / "settings.json").read_text())
+    (entry,) = settings["provenance"]
+    assert entry["model"]["id"] == "scripted-model"
+    assert entry["retriever"]["engine"] == "bm25s"
+    assert entry["retriever"]["documents"] == local_retriever.engine.num_docs > 1000
+    assert set(entry["data"]) == {"nq"} and "torch" in entry["packages"]
+    evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model", "nq", 3, 0,
+                    str(data), 4)
+    assert len(json.loads((runs[0] / "settings.json").read_text())["provenance"]) == 1
 
 
 def test_evaluate_sample_reports_bad_input(tmp_path, monkeypatch, local_retriever):

@@ -27,7 +27,15 @@ from app.ui import inputs
 from app.ui.context import Studio
 from app.ui.transcript import escape
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
-from evaluator.rundir import RunMismatch, load_run, prepare_run_dir, run_settings
+from evaluator.provenance import session_entry
+from evaluator.rundir import (
+    RunMismatch,
+    apply_run_dir,
+    check_run_dir,
+    load_run,
+    run_settings,
+    with_provenance,
+)
 from evaluator.runner import RunStopped, evaluate
 from evaluator.summary import aggregate, errored
 
@@ -134,10 +142,17 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
     settings = AgentSettings(max_turns=max_turns)
     run_dir = run_dir_for(model, dataset, max_turns)
     try:  # seed and sample pick questions; the answers don't depend on them
-        prepare_run_dir(run_dir, run_settings(model, "ui", "app", settings, seed=None,
-                                              limit=None, sample=None, datasets=[dataset]))
+        plan = check_run_dir(run_dir, run_settings(model, "ui", "app", settings, seed=None,
+                                                   limit=None, sample=None,
+                                                   datasets=[dataset]))
     except RunMismatch as err:
         return f"**Could not use the run directory.** {err}", pd.DataFrame()
+    try:  # what a report needs to say how these answers were made, as the CLI records it
+        entry = session_entry(model, getattr(backend, "name", "transformers"), backend,
+                              studio.retriever, [dataset], data_dir=data_dir or None)
+    except (OSError, ValueError, RuntimeError, ImportError) as err:
+        return f"**Could not open the retriever.** {err}", pd.DataFrame()
+    apply_run_dir(with_provenance(plan, entry))
     path = run_dir / f"{dataset}.jsonl"
     if not studio.pool.hold(model):
         return "The model is busy.", pd.DataFrame()
