@@ -52,7 +52,9 @@ def config_parser(command: str, config_class: type) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m nano {command}",
                                      description=COMMANDS[command])
     hints = typing.get_type_hints(config_class)
-    for field in dataclasses.fields(config_class):
+    # The command's own fields first, then those it shares with others (a base class's).
+    own = vars(config_class).get("__annotations__", {})
+    for field in sorted(dataclasses.fields(config_class), key=lambda f: f.name not in own):
         kind, optional = _flag_type(hints[field.name])
         env = env_name(command, field.name)
         flag = flag_of(config_class, field.name)

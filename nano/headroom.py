@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nano.options import check_bounds, option
+from nano.rollout import RolloutOptions
 
 FAMILIES = ("definition", "description", "span", "twohop", "read")
 
 
 @dataclass(frozen=True)
-class HeadroomConfig:
+class HeadroomConfig(RolloutOptions):
     model: str = option("assets/nano-agent", "the starting agent (a Qwen2 model directory)")
     out: str = option("", "where the selected questions go (a new .jsonl file); required")
     questions: str = option("", "candidate questions (JSON lines with question and "
@@ -40,23 +41,13 @@ class HeadroomConfig:
     samples: int = option(4, "responses sampled per question")
     low: float = option(0.2, "lowest share of right answers kept")
     high: float = option(0.6, "highest share of right answers kept")
-    top_p: float = option(0.95, "nucleus sampling, as in `nano rl` rollouts")
-    temperature: float = option(1.0, "sampling temperature, as in `nano rl` rollouts")
-    max_turns: int = option(3, "search rounds per rollout")
-    max_new_tokens: int = option(500, "tokens per generated turn")
-    max_obs_tokens: int = option(500, "an observation is cut at this many tokens")
-    max_context_tokens: int = option(4096, "a rollout stops at this context length")
-    engine: str = option("bm25s", "retrieval engine")
-    corpus: str = option("default", "retrieval corpus")
     chunk: int = option(32, "questions per batched rollout")
     seed: int = option(0, "seeds the sampling")
     threads: int = option(2, "torch threads")
 
     def __post_init__(self) -> None:
-        check_bounds(self, at_least_one=("candidates", "samples", "max_new_tokens",
-                                         "max_obs_tokens", "max_context_tokens", "chunk",
-                                         "threads"),
-                     not_negative=("max_turns",))
+        self.check_rollout()
+        check_bounds(self, at_least_one=("candidates", "samples", "chunk", "threads"))
         if not 0 <= self.low <= self.high <= 1:
             raise ValueError(f"--low {self.low} and --high {self.high}: they must satisfy "
                              "0 <= low <= high <= 1 (shares of right answers).")
@@ -64,9 +55,6 @@ class HeadroomConfig:
         if unknown or not self.family_list:
             raise ValueError(f"--families {self.families!r}: pick from {', '.join(FAMILIES)} "
                              "(comma-separated).")
-        if not self.temperature > 0 or not 0 < self.top_p <= 1:
-            raise ValueError(f"--temperature {self.temperature} must be above 0 and --top-p "
-                             f"{self.top_p} in (0, 1].")
 
     @property
     def family_list(self) -> list[str]:

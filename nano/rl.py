@@ -21,12 +21,13 @@ from pathlib import Path
 from nano import anchors, checkpoint
 from nano.llds import GATES, LossConfig, entropy
 from nano.options import check_bounds, option
+from nano.rollout import RolloutOptions
 
 METHODS = {"grpo": None, "llds-r": "response", "llds-a": "action"}
 
 
 @dataclass(frozen=True)
-class RLConfig:
+class RLConfig(RolloutOptions):
     method: str = option("grpo", "grpo, or the LLDS term gated per response (llds-r) or "
                                  "per action (llds-a)", choices=tuple(sorted(METHODS)))
     model: str = option("", "the starting checkpoint (a Qwen2 model directory); required")
@@ -58,14 +59,6 @@ class RLConfig:
     warmup_ratio: float = option(0.285, "fraction of the steps the learning rate warms up")
     grad_clip: float = option(1.0, "gradient-norm clip")
     weight_decay: float = option(0.01, "AdamW weight decay")
-    top_p: float = option(0.95, "nucleus sampling in rollouts")
-    temperature: float = option(1.0, "sampling temperature in rollouts")
-    max_turns: int = option(3, "search rounds per rollout")
-    max_new_tokens: int = option(500, "tokens per generated turn")
-    max_obs_tokens: int = option(500, "an observation is cut at this many tokens")
-    max_context_tokens: int = option(4096, "a rollout stops at this context length")
-    engine: str = option("bm25s", "retrieval engine")
-    corpus: str = option("default", "retrieval corpus")
     val_every: int = option(5, "steps between validations")
     val_limit: int = option(100, "validate on the first this-many questions")
     seed: int = option(0, "seeds the question order and the sampling")
@@ -82,14 +75,13 @@ class RLConfig:
         """Values that cannot train, refused with what to pass instead."""
         if self.method not in METHODS:
             raise ValueError(f"--method {self.method!r}: pick one of {', '.join(METHODS)}.")
+        self.check_rollout()
         check_bounds(self, at_least_one=("steps", "group_size", "batch_questions",
-                                         "mini_batches", "micro_batch", "max_new_tokens",
-                                         "max_obs_tokens", "max_context_tokens", "val_every",
+                                         "mini_batches", "micro_batch", "val_every",
                                          "val_limit", "threads", "save_every",
                                          "anchor_every"),
-                     not_negative=("kl_coef", "llds_lambda", "max_turns", "weight_decay",
-                                   "clip_ratio", "warmup_ratio", "gate_tolerance",
-                                   "anchor_size"))
+                     not_negative=("kl_coef", "llds_lambda", "weight_decay", "clip_ratio",
+                                   "warmup_ratio", "gate_tolerance", "anchor_size"))
         if self.gate not in GATES:
             raise ValueError(f"--gate {self.gate!r}: pick one of {', '.join(GATES)}.")
         if self.gate != "lazy" and self.method == "grpo":
@@ -97,11 +89,9 @@ class RLConfig:
                              "does not have: pass --method llds-a or llds-r, or drop --gate.")
         if self.answer_lambda is not None and self.answer_lambda < 0:
             raise ValueError(f"--answer-lambda is {self.answer_lambda}; it cannot be negative.")
-        if not self.lr > 0 or not self.grad_clip > 0 or not self.temperature > 0:
-            raise ValueError("--lr, --grad-clip and --temperature must be above 0 (they are "
-                             f"{self.lr}, {self.grad_clip}, {self.temperature}).")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top-p is {self.top_p}; it must be in (0, 1].")
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError("--lr and --grad-clip must be above 0 (they are "
+                             f"{self.lr}, {self.grad_clip}).")
 
     @property
     def name(self) -> str:

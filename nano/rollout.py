@@ -16,11 +16,37 @@ from dataclasses import dataclass
 from agent.loop import AgentSettings, run_agent_batch
 from evaluator.benchmarks import Question
 from evaluator.metrics import exact_match
+from nano.options import check_bounds, option
 
 _ANSWER_SPAN_RE = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 
 
-def rollout_settings(config, greedy: bool = False) -> AgentSettings:
+@dataclass(frozen=True)
+class RolloutOptions:
+    """The rollout fields `nano rl` and `nano headroom` share: the headroom of a question
+    means something for RL only when it is measured with the rollouts RL will make."""
+
+    top_p: float = option(0.95, "nucleus sampling in rollouts")
+    temperature: float = option(1.0, "sampling temperature in rollouts")
+    max_turns: int = option(3, "search rounds per rollout")
+    max_new_tokens: int = option(500, "tokens per generated turn")
+    max_obs_tokens: int = option(500, "an observation is cut at this many tokens")
+    max_context_tokens: int = option(4096, "a rollout stops at this context length")
+    engine: str = option("bm25s", "retrieval engine")
+    corpus: str = option("default", "retrieval corpus")
+
+    def check_rollout(self) -> None:
+        """Rollout values that cannot run, refused with what to pass instead."""
+        check_bounds(self, at_least_one=("max_new_tokens", "max_obs_tokens",
+                                         "max_context_tokens"),
+                     not_negative=("max_turns",))
+        if not self.temperature > 0:
+            raise ValueError(f"--temperature is {self.temperature}; it must be above 0.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p is {self.top_p}; it must be in (0, 1].")
+
+
+def rollout_settings(config: RolloutOptions, greedy: bool = False) -> AgentSettings:
     """The agent's settings from a config with the rollout fields (`nano rl`, `nano
     headroom`): sampled at its temperature and top-p, or greedy (validation)."""
     sampling = {} if greedy else {"temperature": config.temperature, "top_p": config.top_p}
