@@ -86,6 +86,9 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
             run.mkdir(parents=True)
             (run / "command.txt").write_text(f"python -m nano rl {flags} --seed {seed}\n")
             data = rows(falling if method == "grpo" and seed < 2 else anchors([-0.7] * 9))
+            if method == "llds-a":  # the gate let the term act in every third step
+                for row in data[1:]:
+                    row["actor/loss_noreduce"] = 1e-4 if row["step"] % 3 == 0 else 0.0
             (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
             right = set(range(8 if method == "grpo" else 16))
             partial = method == "llds-a" and seed == 2  # an evaluation still running
@@ -103,6 +106,7 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
     assert out.count("| - / - |") == 6
     assert "LLDS-A vs GRPO (seeds 0, 1, 20 questions): gain +0.400" in out  # not the partial
     assert "-> holds" in out
+    assert out.count("above 0 in 20 of 60 steps") == 3  # LLDS runs only, GRPO's left out
     empty = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2 and "no run folder" in empty.stderr

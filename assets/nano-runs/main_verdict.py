@@ -221,6 +221,15 @@ def main(argv: list[str]) -> int:
             print(f"\n{name} (no training run here): final EM (pool) "
                   f"{_mean(list(scores.values())):.3f} (n {len(scores)})")
     print()
+    for run in runs:  # how often each LLDS run's gate let its term act (not a criterion)
+        if run_label(run)[0] == "GRPO":
+            continue
+        term = _series(read_rows(run), "actor/loss_noreduce")
+        if term:
+            print(f"{run.name}: the LLDS term (`actor/loss_noreduce`, the fork's key: last "
+                  f"micro-batch) above 0 in {sum(v > 0 for v in term.values())} of "
+                  f"{len(term)} steps")
+    print()
     grpo = shown.get("GRPO", [])
     print(f"Displacement (>= 2 of 3 GRPO seeds): {sum(grpo)} of {len(grpo)} GRPO runs -> "
           f"{'shown' if sum(grpo) >= 2 else 'not shown'}"
