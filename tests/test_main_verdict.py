@@ -107,14 +107,23 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
     assert "LLDS-A vs GRPO (seeds 0, 1, 20 questions): gain +0.400" in out  # not the partial
     assert "-> holds" in out
     assert out.count("above 0 in 20 of 60 steps") == 3  # LLDS runs only, GRPO's left out
+    # The scores saved into the run folders give the same table and verdicts without EVALS.
+    env = {"PYTHONPATH": str(ROOT), "PATH": ""}
+    saved = subprocess.run([sys.executable, str(SCRIPT), "--save-scores", str(runs),
+                            str(evals)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert saved.returncode == 0 and "for 6 runs" in saved.stdout, saved.stderr
+    alone = subprocess.run([sys.executable, str(SCRIPT), str(runs)], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert alone.stdout == out
     empty = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2 and "no run folder" in empty.stderr
 
 
 def test_the_runs_readme_table_is_what_the_script_prints_from_the_shipped_logs():
-    """Every column of the runs README's results table but the final EM (which needs the
-    evaluator runs, not shipped) is what main_verdict.py reads off the shipped logs."""
+    """The runs README's results table and verdicts are what main_verdict.py reads off the
+    shipped logs and the shipped scores (pool_em.json) of the final models."""
     done = subprocess.run([sys.executable, str(SCRIPT), str(SCRIPT.parent)], cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": ""}, capture_output=True,
                           text=True, timeout=300)
@@ -125,7 +134,7 @@ def test_the_runs_readme_table_is_what_the_script_prints_from_the_shipped_logs()
         for line in text.splitlines():
             cells = [c.strip() for c in line.strip("|").split("|")]
             if re.fullmatch(r"main-[a-z-]+-seed\d+", cells[0]):  # not earlier "main-" runs
-                found[cells[0]] = cells[:5] + cells[6:]  # all but "final EM (pool)"
+                found[cells[0]] = cells
         return found
 
     printed = rows(done.stdout)
@@ -133,3 +142,9 @@ def test_the_runs_readme_table_is_what_the_script_prints_from_the_shipped_logs()
     shipped = sorted(p.name for p in SCRIPT.parent.glob("main-*") if p.is_dir())
     assert sorted(printed) == shipped and len(shipped) >= 2
     assert readme == printed
+    assert all(p.joinpath("pool_em.json").is_file() for p in SCRIPT.parent.glob("main-*"))
+    readme_text = (SCRIPT.parent / "README.md").read_text(encoding="utf-8")
+    for line in done.stdout.splitlines():
+        if " vs GRPO (seeds " in line:  # each verdict, with its gain and SE, as printed
+            gain = re.search(r"gain ([+-]\d\.\d{3}) ± (\d\.\d{3})", line)
+            assert gain and f"{gain[1].replace('-', '−')} ± {gain[2]}" in readme_text

@@ -2,10 +2,13 @@
 and to the final models' evaluator runs; prints the runs README's table.
 
     PYTHONPATH=. python assets/nano-runs/main_verdict.py RUNS_ROOT [EVALS_ROOT]
+    PYTHONPATH=. python assets/nano-runs/main_verdict.py --save-scores RUNS_ROOT EVALS_ROOT
 
 RUNS_ROOT holds one folder a run (`metrics.jsonl`, `command.txt`); EVALS_ROOT, if given,
 holds the evaluator run of each run's final model under the same folder name (`python -m
-evaluator --datasets vitalqa,naturalqa-test --model RUN/model --output EVALS_ROOT/NAME`).
+evaluator --datasets vitalqa,naturalqa --model RUN/model --output EVALS_ROOT/NAME`).
+Without EVALS_ROOT, a run folder's `pool_em.json` (question -> 0/1 EM, written from the
+evaluator runs by --save-scores; shipped for every main run) stands in for its evaluation.
 
 Displacement (per run; "shown" needs >= 2 of 3 GRPO seeds): `anchor/logp` at least
 FALL below its step-0 value at some measure t and below that line at every later measure
@@ -31,6 +34,7 @@ import sys
 from pathlib import Path
 
 FALL = 0.05  # nats/token below the step-0 anchor likelihood
+SCORES = "pool_em.json"  # a run's final EM by question, from its evaluator run
 WINDOW = 10
 ENTROPY_FACTOR, GRAD_FACTOR = 1.5, 2.0
 
@@ -145,6 +149,17 @@ def pooled_em(eval_dir: Path) -> dict[str, int]:
             for r in records if r.stop_reason != "error"}
 
 
+def save_scores(runs_root: Path, evals_root: Path) -> list[str]:
+    """Write each run's pooled EM by question as RUN/pool_em.json; the names written."""
+    written = []
+    for run in sorted(p for p in runs_root.iterdir() if (p / "metrics.jsonl").is_file()):
+        if (evals_root / run.name).is_dir():
+            scores = pooled_em(evals_root / run.name)
+            (run / SCORES).write_text(json.dumps(scores, sort_keys=True, indent=0) + "\n")
+            written.append(run.name)
+    return written
+
+
 def holds(baseline: dict[int, dict[str, int]], method: dict[int, dict[str, int]]) -> dict:
     """The LLDS criterion: `method` against `baseline`, both seed -> pooled EM by question."""
     seeds = sorted(set(baseline) & set(method))
@@ -164,7 +179,11 @@ def holds(baseline: dict[int, dict[str, int]], method: dict[int, dict[str, int]]
 
 
 def main(argv: list[str]) -> int:
-    if not argv or len(argv) > 2:
+    if argv[:1] == ["--save-scores"] and len(argv) == 3:
+        written = save_scores(Path(argv[1]), Path(argv[2]))
+        print(f"wrote {SCORES} for {len(written)} runs: {', '.join(written) or 'none'}")
+        return 0 if written else 2
+    if not argv or len(argv) > 2 or argv[0].startswith("-"):
         print(__doc__)
         return 2
     runs_root = Path(argv[0])
@@ -175,8 +194,12 @@ def main(argv: list[str]) -> int:
         print(f"error: no run folder (metrics.jsonl and command.txt) in {runs_root}",
               file=sys.stderr)
         return 2
-    evals = {p.name: pooled_em(p) for p in sorted(evals_root.iterdir())
-             if p.is_dir()} if evals_root is not None and evals_root.is_dir() else {}
+    if evals_root is not None:
+        evals = {p.name: pooled_em(p) for p in sorted(evals_root.iterdir())
+                 if p.is_dir()} if evals_root.is_dir() else {}
+    else:  # the shipped scores
+        evals = {run.name: json.loads((run / SCORES).read_text()) for run in runs
+                 if (run / SCORES).is_file()}
     # An evaluation still running (or stopped) has fewer questions than the others: it is
     # marked and left out of the LLDS criterion.
     pool_size = max((len(scores) for scores in evals.values()), default=0)
