@@ -379,11 +379,14 @@ def session_entry(model_name: str, kind: str, backend: Any, retriever: Any,
         found = server_identity(retriever.url)
         if paper_retriever:
             found["stated"] = "e5-base-v2 over wiki-18 (stated with --paper-retriever)"
-    else:
+    elif isinstance(getattr(retriever, "spec", None), dict):
         spec = retriever.spec
         engine = canonical_engine(spec["engine"])
         packages += [p for p in engine_packages(engine)]
         found = local_identity(engine, spec["corpus"], spec["index"], retriever.engine)
+    else:  # a retriever of the caller's own making: say so rather than guess what it is
+        found = {"kind": type(retriever).__name__,
+                 "note": "not one the studio opens (no server URL, no engine spec)"}
     versions = package_versions(packages)
     return {"date": now(), "model": model, "studio": studio_identity(),
             "packages": {k: v for k, v in versions.items() if v is not None

@@ -42,6 +42,23 @@ def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_re
     assert len(json.loads((runs[0] / "settings.json").read_text())["provenance"]) == 1
 
 
+def test_a_retriever_the_studio_did_not_open_is_recorded_as_such(tmp_path, monkeypatch,
+                                                                 local_retriever):
+    class Wrapped:  # the operator's own retriever, around a real one
+        def search(self, queries, topk=3):
+            return local_retriever.search(queries, topk)
+
+    monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
+    data = write_fixture(tmp_path / "data")
+    summary, table = evaluate_sample(studio_with(scripted(), Wrapped()), "scripted-model",
+                                     "nq", 2, 0, str(data), 4)
+    assert "2 questions" in summary and len(table) == 2
+    (run,) = (tmp_path / "runs").iterdir()
+    (entry,) = json.loads((run / "settings.json").read_text())["provenance"]
+    assert entry["retriever"]["kind"] == "Wrapped" and "not one the studio" in \
+        entry["retriever"]["note"]
+
+
 def test_evaluate_sample_reports_bad_input(tmp_path, monkeypatch, local_retriever):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
