@@ -205,6 +205,7 @@ def main(argv: list[str]) -> int:
     pool_size = max((len(scores) for scores in evals.values()), default=0)
     em_by_method: dict[str, dict[int, dict[str, int]]] = {}
     shown: dict[str, list[bool]] = {}
+    gate_lines: list[str] = []  # how often each LLDS run's gate let its term act (not a criterion)
     header = ["run", "method", "seed", "steps", "reward 1-10 → last 10", "final EM (pool)",
               "anchor/logp start → end",
               "KL (last 10)", "anchor fall", "deteriorates", "displacement",
@@ -226,6 +227,11 @@ def main(argv: list[str]) -> int:
             else:
                 em_by_method.setdefault(label, {})[seed] = scores
         shown.setdefault(label, []).append(d["shown"])
+        term = _series(rows, "actor/loss_noreduce")
+        if label != "GRPO" and term:
+            gate_lines.append(f"{run.name}: the LLDS term (`actor/loss_noreduce`, the fork's "
+                              f"key: last micro-batch) above 0 in "
+                              f"{sum(v > 0 for v in term.values())} of {len(term)} steps")
         score = _series(rows, "critic/score/mean")
         first, final = _window(score, WINDOW), _window(score, last)
         reward = f"{_mean(first):.2f} → {_mean(final):.2f}" if first and final else "-"
@@ -244,14 +250,8 @@ def main(argv: list[str]) -> int:
             print(f"\n{name} (no training run here): final EM (pool) "
                   f"{_mean(list(scores.values())):.3f} (n {len(scores)})")
     print()
-    for run in runs:  # how often each LLDS run's gate let its term act (not a criterion)
-        if run_label(run)[0] == "GRPO":
-            continue
-        term = _series(read_rows(run), "actor/loss_noreduce")
-        if term:
-            print(f"{run.name}: the LLDS term (`actor/loss_noreduce`, the fork's key: last "
-                  f"micro-batch) above 0 in {sum(v > 0 for v in term.values())} of "
-                  f"{len(term)} steps")
+    for line in gate_lines:
+        print(line)
     print()
     grpo = shown.get("GRPO", [])
     print(f"Displacement (>= 2 of 3 GRPO seeds): {sum(grpo)} of {len(grpo)} GRPO runs -> "
