@@ -70,3 +70,32 @@ def test_train_grows_an_init_model_and_refuses_growth_without_one(micro_data, tm
     assert saved.model.layers[3].mlp.down_proj.weight.abs().sum() > 0
     with pytest.raises(ValueError, match="pass it with --init"):
         TrainConfig(out=tmp_path / "c", grow_layers=4, **base)
+
+
+def test_grow_flags_on_the_command_line_as_the_model_card_runs_them(micro_data, tmp_path):
+    """`python -m nano train --init DIR --grow-layers N --grow-intermediate M`, as a user runs
+    it; without --init the same flags are refused before anything is read (exit 2)."""
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    from agent.testing import ROOT
+
+    train(TrainConfig(data=micro_data / "train.jsonl", tokenizer=micro_data / "tokenizer",
+                      out=tmp_path / "start", **{**MICRO, "steps": 0}), log=lambda *_: None)
+    command = [sys.executable, "-m", "nano", "train", "--data", str(micro_data / "train.jsonl"),
+               "--tokenizer", str(micro_data / "tokenizer"), "--out", str(tmp_path / "grown"),
+               "--steps", "2", "--threads", "1", "--limit", "20", "--save-every", "2",
+               "--grow-layers", "3", "--grow-intermediate", "256"]
+    grown = subprocess.run([*command, "--init", str(tmp_path / "start")], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert grown.returncode == 0, grown.stderr[-2000:]
+    assert "grown to 3 layers, MLP 256 wide" in grown.stdout
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "grown"))
+    assert (model.config.num_hidden_layers, model.config.intermediate_size) == (3, 256)
+    elsewhere = tmp_path / "refused"
+    refused = subprocess.run([*command, "--out", str(elsewhere)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "pass it with --init" in refused.stderr
+    assert not elsewhere.exists()  # refused before anything was written
