@@ -48,6 +48,8 @@ class DataConfig:
         "question in DIR/*.jsonl is answered from (metadata.support)")
     title_share: float = option(0.4, "at most this share of the training mix has the title "
                                      "as its answer (definition and description runs)")
+    read_copies: int = option(COPIES["read"], "phrasings of each stated relation in the read "
+                                               "family (its cloze sentences stay at one)")
     limit: int | None = option(None, "at most this many training questions")
     trajectories: bool = option(True, "write the training trajectories (--no-trajectories: "
                                       "only the tokenizer and the benchmark file)")
@@ -56,6 +58,8 @@ class DataConfig:
         if self.vocab_size < 512:
             raise ValueError(f"--vocab-size is {self.vocab_size}; give at least 512 (the "
                              "byte alphabet, the special tokens and merges).")
+        if self.read_copies < 1:
+            raise ValueError(f"--read-copies is {self.read_copies}; give at least 1.")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit is {self.limit}; give at least 1 (or leave it out).")
         if not 0 < self.title_share < 1:
@@ -71,12 +75,14 @@ class DataConfig:
             raise ValueError(f"--out {self.out} is a file; pass a directory.")
 
 
-def training_selection(train: list[GeneratedQuestion],
-                       limit: int | None = None) -> list[GeneratedQuestion]:
-    """Questions kept for training: COPIES phrasings per family, in a stable mixed order."""
+def training_selection(train: list[GeneratedQuestion], limit: int | None = None,
+                       copies: dict[str, int] | None = None) -> list[GeneratedQuestion]:
+    """Questions kept for training: `copies` (default COPIES) phrasings per family, in a
+    stable mixed order."""
     from nano.questions import stable_int
 
-    keep = [q for q in train if int(q.id.rsplit("-", 1)[1]) < COPIES[q.family]]
+    copies = copies or COPIES
+    keep = [q for q in train if int(q.id.rsplit("-", 1)[1]) < copies[q.family]]
     keep.sort(key=lambda q: stable_int("order:" + q.id))
     return keep[:limit] if limit else keep
 
@@ -96,7 +102,8 @@ def build_data(config: DataConfig, log=print) -> dict:
     tokenizer.save_pretrained(str(config.out / "tokenizer"))
     excluded = (benchmark_support(config.exclude_support) if config.exclude_support
                 else frozenset())
-    train, held = build_questions(records, max(COPIES.values()), excluded)
+    copies = {**COPIES, "read": config.read_copies}
+    train, held = build_questions(records, max(copies.values()), excluded)
     summary: dict = {"articles": len(records), "excluded_articles": len(excluded)}
     if config.benchmark is not None:
         questions = [benchmark_question(q) for q in benchmark_questions(held)]
@@ -106,7 +113,7 @@ def build_data(config: DataConfig, log=print) -> dict:
         log(f"wrote {path}: {summary['benchmark']}")
     if not config.trajectories:
         return summary
-    selected = training_selection(train, config.limit)
+    selected = training_selection(train, config.limit, copies)
     retriever = LocalRetriever(engine=config.engine, corpus=config.corpus)
     families: Counter = Counter()
     searches: Counter = Counter()

@@ -329,6 +329,41 @@ _READ_BY_DEFAULT = ("who {v} {s}", "{s} was {v} by whom", "who was {s} {v} by", 
 _YEAR_TEMPLATES = ("when was {s} {v}", "what year was {s} {v}", "{s} was {v} in what year",
                    "in which year was {s} {v}", "year {s} was {v}", "{s} {v} when")
 _NOT_ANSWERS = set(_NATIONALITIES) | {"The", "A", "An", "It", "He", "She", "They", "This", "In"}
+# "X is a novel by the Russian author Leo Tolstoy": who made a work, as a first sentence
+# names it. The "who wrote X" questions people ask most are phrased on these sentences,
+# and the author is preceded by a nationality and a role that the model must skip.
+_WORK_VERB = {"novel": "wrote", "novella": "wrote", "book": "wrote", "poem": "wrote",
+              "play": "wrote", "tragedy": "wrote", "comedy": "wrote", "epic": "wrote",
+              "essay": "wrote", "treatise": "wrote", "story": "wrote", "musical": "wrote",
+              "painting": "painted", "portrait": "painted", "fresco": "painted",
+              "mural": "painted", "opera": "composed", "ballet": "composed",
+              "symphony": "composed", "concerto": "composed", "oratorio": "composed",
+              "film": "directed", "sculpture": "sculpted", "statue": "sculpted",
+              "song": "sang"}
+_ROLES = ("author|writer|novelist|poet|playwright|dramatist|painter|artist|composer|director|"
+          "filmmaker|sculptor|philosopher|cartoonist|musician|singer|band|rock band|architect")
+_MAKER = r"(?:[A-Z][\w-]* ){0,3}(?:[a-z]+ )?(?:" + _ROLES + r") "  # "the Italian artist"
+_WORK_BY = re.compile(
+    r"\b(" + "|".join(_WORK_VERB) + r")s? (?:(?:first |originally )?(?:written|painted|"
+    r"composed|directed|created|sculpted) )?(?:by (?:the )?(?:" + _MAKER + r")?|of (?:the )?"
+    + _MAKER + r")" + _NAME)
+_WORK_TEMPLATES = {
+    "wrote": ("who wrote {s}", "{s} author", "who is the author of {s}", "{s} was written by whom",
+              "the writer of {s}", "who wrote the {k} {s}", "{s} {k} author"),
+    "painted": ("who painted {s}", "{s} painter", "which artist painted {s}",
+                "who made the {k} {s}", "{s} was painted by whom", "{s} artist"),
+    "composed": ("who composed {s}", "{s} composer", "who wrote the music of {s}",
+                 "which composer wrote the {k} {s}", "{s} was composed by whom"),
+    "directed": ("who directed {s}", "{s} director", "who made the film {s}",
+                 "the director of the {k} {s}", "{s} was directed by whom"),
+    "sculpted": ("who sculpted {s}", "{s} sculptor", "who made the {k} {s}",
+                 "the sculptor of {s}"),
+    "sang": ("who sang {s}", "{s} singer", "who performed {s}", "whose {k} is {s}",
+             "{s} by whom"),
+}
+_STARRING = re.compile(r"\bstarring (?:the )?" + _NAME)
+_STARRING_TEMPLATES = ("who starred in {s}", "{s} star", "who played the lead in {s}",
+                       "{s} lead actor", "who was the star of {s}")
 
 
 def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
@@ -346,6 +381,15 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
                                                        for t in _READ_BY_DEFAULT)
         facts.append((verb, templates, answer))
+    first = sentences(text)[:1]
+    if first and (m := _WORK_BY.search(first[0])) and (answer := _without_nationality(
+            _name_span(m.group(2)))):
+        kind, verb = m.group(1), _WORK_VERB[m.group(1)]
+        if all(answer != fact[2] for fact in facts):  # "film directed by X" is `directed`
+            facts.append(("work_" + verb, tuple(t.replace("{k}", kind)
+                                                for t in _WORK_TEMPLATES[verb]), answer))
+    if (m := _STARRING.search(text)) and (answer := _name_span(m.group(1))):
+        facts.append(("starring", _STARRING_TEMPLATES, answer))
     if m := _IN_YEAR.search(text):
         verb = m.group(1)
         facts.append((verb + "_year", tuple(t.replace("{v}", verb) for t in _YEAR_TEMPLATES),
@@ -358,6 +402,15 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         facts.append(("atomic_number", _ATOMIC_TEMPLATES, m.group(1)))
     # A language is often named by the same word as a nationality ("Spanish").
     return [f for f in facts if _good_answer(f[2], article, f[0] == "language")]
+
+
+def _without_nationality(name: str) -> str:
+    """'French Impressionist Claude Monet' → 'Impressionist Claude Monet': a nationality
+    before a maker's name is not part of it."""
+    words = name.split()
+    while len(words) > 1 and words[0] in _NATIONALITIES:
+        words.pop(0)
+    return " ".join(words)
 
 
 def _good_answer(answer: str, article: Article, adjective: bool = False) -> bool:

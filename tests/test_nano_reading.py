@@ -34,6 +34,30 @@ def test_reading_facts_are_spans_of_the_text_and_never_the_title():
             assert all("{s}" in t for t in templates)
 
 
+def test_who_made_a_work_skips_the_nationality_and_role_before_the_name():
+    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
+        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
+
+    war = facts("War and Peace", "War and Peace is an epic novel by the Russian author Leo "
+                "Tolstoy. It was first published in 1869.")
+    templates, answer = war["work_wrote"]
+    assert answer == "Leo Tolstoy"
+    assert "war and peace author" in {t.format(s="War and Peace").lower() for t in templates}
+    bovary = facts("Madame Bovary", "Madame Bovary is the debut novel of French writer "
+                   "Gustave Flaubert, published in 1856.")
+    assert bovary["work_wrote"][1] == "Gustave Flaubert"  # "of" counts with a role only
+    assert facts("Don Quixote", "Don Quixote is a Spanish novel by Miguel de Cervantes."
+                 )["work_wrote"][1] == "Miguel de Cervantes"
+    assert facts("Swan Lake", "Swan Lake is a ballet composed by Russian composer Pyotr "
+                 "Ilyich Tchaikovsky in 1875.")["work_composed"][1] == "Pyotr Ilyich Tchaikovsky"
+    statue = facts("Christ the Redeemer", "Christ the Redeemer is a statue of Jesus in Rio.")
+    assert not any(r.startswith("work_") for r in statue)  # the subject, not the maker
+    film = facts("Casablanca", "Casablanca is a 1942 American film directed by Michael Curtiz "
+                 "and starring Humphrey Bogart.")
+    assert film["directed"][1] == "Michael Curtiz" and film["starring"][1] == "Humphrey Bogart"
+    assert "work_directed" not in film  # the same fact once, not the star as its director
+
+
 def test_reading_questions_vary_their_phrasing_across_copies():
     questions = [q for q in reading_questions(PERU, 3) if q.relation == "capital"]
     assert len(questions) == 3
