@@ -121,6 +121,22 @@ def test_data_flags_that_cannot_work_are_refused_with_the_fix(tmp_path):
         DataConfig(out=tmp_path, tokenizer=tmp_path)
     with pytest.raises(ValueError, match="--exclude-support"):
         DataConfig(out=tmp_path, exclude_support=tmp_path / "missing")
+    with pytest.raises(ValueError, match="--read-copies"):
+        DataConfig(out=tmp_path, read_copies=0)
+
+
+def test_read_copies_sets_the_phrasings_of_each_relation_and_leaves_the_rest():
+    from nano.build import COPIES, training_selection
+
+    train = reading_questions(PERU, 7) + reading_questions(MONA, 7)
+    relation = Counter(q.relation for q in training_selection(
+        train, copies={**COPIES, "read": 7}) if not q.relation.startswith("cloze"))
+    default = Counter(q.relation for q in training_selection(train)
+                      if not q.relation.startswith("cloze"))
+    assert relation["capital"] == 7 and default["capital"] == COPIES["read"]
+    cloze = [q for q in training_selection(train, copies={**COPIES, "read": 7})
+             if q.relation.startswith("cloze")]
+    assert cloze and len(cloze) == len({q.question for q in cloze})  # still one each
 
 
 def test_counts_and_atomic_numbers_are_asked_with_how_many_forms():
