@@ -97,6 +97,8 @@ def report(result: dict, name: str = "vitalqa") -> str:
         f"{f} {v:.3f} (n={a['family_counts'][f]})" for f, v in a["per_family"].items()))
     lines.append("EM per family (b): " + ", ".join(
         f"{f} {v:.3f}" for f, v in b["per_family"].items()))
+    lines.append("runs (a), by what they retrieved: " + ", ".join(
+        f"{kind} {n}" for kind, n in a["outcomes"].items()))
     if "batched_qps" in result:
         lines.append(f"(c) run_agent_batch: {result['batched_qps']:.2f} questions/s vs "
                      f"{result['one_by_one_qps']:.2f} one by one "

@@ -9,9 +9,14 @@ from collections import defaultdict
 
 from agent.loop import AgentSettings, run_agent, run_agent_batch
 from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local
-from evaluator.metrics import exact_match
+from evaluator.metrics import exact_match, normalize_answer
 from nano.data import BENCHMARK_NAME
 from nano.questions import stable_int
+from retriever.doc import split_title
+
+# What a run did, judged against what it retrieved: right, or which way it went wrong.
+OUTCOMES = ("right", "answer not retrieved", "said a title", "copied another span",
+            "wrote no span")
 
 
 class EmptyRetriever:
@@ -58,14 +63,37 @@ def run_batched(questions: list[Question], backend, retriever, settings: AgentSe
     return out
 
 
+def outcome(question: Question, run) -> str:
+    """One of OUTCOMES: a wrong answer is told apart by what the run retrieved (whole
+    documents, normalized as EM normalizes): no golden answer in any of them (retrieval),
+    the title of one of them (the shortcut), another span of them (misread), or none."""
+    if exact_match(run.answer, question.golden_answers):
+        return "right"
+    titles, texts = [], []
+    for contents in run.retrieved:
+        title, text = split_title(contents)
+        titles.append(normalize_answer(title))
+        texts.append(normalize_answer(title + " " + text))
+    read = " " + " ".join(texts) + " "
+    if not any(f" {normalize_answer(g)} " in read for g in question.golden_answers):
+        return "answer not retrieved"
+    answer = normalize_answer(run.answer or "")
+    if answer and answer in titles:
+        return "said a title"
+    return "copied another span" if answer and f" {answer} " in read else "wrote no span"
+
+
 def score(questions: list[Question], finished: list) -> dict:
-    """EM, well-formed rate, searches, EM per family and seconds of the runs."""
+    """EM, well-formed rate, searches, EM per family, OUTCOMES counts and seconds of the
+    runs."""
     by_family: dict[str, list[int]] = defaultdict(list)
     ems = []
+    outcomes = dict.fromkeys(OUTCOMES, 0)
     for question, run in zip(questions, finished, strict=True):
         em = exact_match(run.answer, question.golden_answers)
         ems.append(em)
         by_family[question.metadata["family"]].append(em)
+        outcomes[outcome(question, run)] += 1
     seconds = [run.seconds for run in finished]
     return {
         "questions": len(questions),
@@ -74,6 +102,7 @@ def score(questions: list[Question], finished: list) -> dict:
         "searches": statistics.mean(run.searches for run in finished),
         "per_family": {f: round(statistics.mean(v), 3) for f, v in sorted(by_family.items())},
         "family_counts": {f: len(v) for f, v in sorted(by_family.items())},
+        "outcomes": outcomes,
         "p50_s": statistics.median(seconds),
         "p90_s": sorted(seconds)[int(0.9 * (len(seconds) - 1))],
     }

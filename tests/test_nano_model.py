@@ -117,3 +117,7 @@ def test_naturalqa_test_em_is_the_figure_the_ask_tab_shows(backend):
     assert asked == len(questions)
     assert round(result["em"] * asked) == pytest.approx(right, abs=2)
     assert result["searches"] == pytest.approx(1.0, abs=0.05)  # one search a question
+    # every run is judged once against what it retrieved, and "right" is EM's count
+    assert sum(result["outcomes"].values()) == len(questions)
+    assert result["outcomes"]["right"] == round(result["em"] * len(questions))
+    assert result["outcomes"]["answer not retrieved"] < 0.1 * len(questions)  # it is reading
