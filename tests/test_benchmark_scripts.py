@@ -52,3 +52,20 @@ def test_copy_circuit_as_in_the_readme_shows_the_hand_set_heads_carry_every_answ
         if "head 0" in variant:
             assert row["em"] == 0 and row["well_formed"] == 0, variant
     assert "EM relative to the intact model" in run.stdout
+
+
+@pytest.mark.slow
+def test_nano_benchmark_on_naturalqa_counts_how_each_run_went(tmp_path):
+    """`python -m benchmarks.nano --questions assets/naturalqa/test.jsonl` as the README gives
+    it, on a fixed sample: every run is counted once by what it retrieved, and `right` is the
+    EM the same report prints."""
+    out = tmp_path / "nano.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.nano", "--questions",
+                          "assets/naturalqa/test.jsonl", "--limit", "12", "--batch-size", "0",
+                          "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "runs (a), by what they retrieved: right " in run.stdout
+    with_docs = json.loads(out.read_text())["with_retrieval"]
+    assert sum(with_docs["outcomes"].values()) == 12
+    assert with_docs["outcomes"]["right"] == round(with_docs["em"] * 12)
