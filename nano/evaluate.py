@@ -9,7 +9,7 @@ from collections import defaultdict
 
 from agent.loop import AgentSettings, run_agent, run_agent_batch
 from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local
-from evaluator.metrics import exact_match, normalize_answer
+from evaluator.metrics import exact_match, normalize_answer, retrieval_recall
 from nano.data import BENCHMARK_NAME
 from nano.questions import stable_int
 from retriever.doc import split_title
@@ -65,22 +65,18 @@ def run_batched(questions: list[Question], backend, retriever, settings: AgentSe
 
 def outcome(question: Question, run) -> str:
     """One of OUTCOMES: a wrong answer is told apart by what the run retrieved (whole
-    documents, normalized as EM normalizes): no golden answer in any of them (retrieval),
-    the title of one of them (the shortcut), another span of them (misread), or none."""
+    documents, matched as the evaluator's retrieval_recall matches): no golden answer in any
+    of them (retrieval), the title of one of them (the shortcut), another span of them
+    (misread), or none."""
     if exact_match(run.answer, question.golden_answers):
         return "right"
-    titles, texts = [], []
-    for contents in run.retrieved:
-        title, text = split_title(contents)
-        titles.append(normalize_answer(title))
-        texts.append(normalize_answer(title + " " + text))
-    read = " " + " ".join(texts) + " "
-    if not any(f" {normalize_answer(g)} " in read for g in question.golden_answers):
+    if not retrieval_recall(question.golden_answers, run.retrieved):
         return "answer not retrieved"
     answer = normalize_answer(run.answer or "")
-    if answer and answer in titles:
+    if answer and answer in {normalize_answer(split_title(c)[0]) for c in run.retrieved}:
         return "said a title"
-    return "copied another span" if answer and f" {answer} " in read else "wrote no span"
+    return ("copied another span" if retrieval_recall(run.answer, run.retrieved)
+            else "wrote no span")
 
 
 def score(questions: list[Question], finished: list) -> dict:
@@ -90,10 +86,11 @@ def score(questions: list[Question], finished: list) -> dict:
     ems = []
     outcomes = dict.fromkeys(OUTCOMES, 0)
     for question, run in zip(questions, finished, strict=True):
-        em = exact_match(run.answer, question.golden_answers)
+        kind = outcome(question, run)  # "right" exactly when EM is 1
+        outcomes[kind] += 1
+        em = int(kind == "right")
         ems.append(em)
         by_family[question.metadata["family"]].append(em)
-        outcomes[outcome(question, run)] += 1
     seconds = [run.seconds for run in finished]
     return {
         "questions": len(questions),
