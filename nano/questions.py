@@ -259,21 +259,46 @@ def reformulations_for(question: str, subject: str | None = None) -> tuple[str, 
 # many ways people ask: question word first or not, "X capital", "the author of Y".
 
 _LOWER = r"([a-z][a-z-]+(?: [a-z][a-z-]+){0,2}?)(?=[,.;(]| and | or | with | in |$)"
-_READ_PATTERNS: dict[str, re.Pattern] = {
-    "capital": re.compile(r"\b[Cc]apital(?: city)?(?: and (?:the )?largest city)? is " + _NAME),
-    "largest_city": re.compile(r"\b[Ll]argest city is " + _NAME),
-    "language": re.compile(r"\b[Oo]fficial languages? (?:is|are) " + _NAME),
-    "currency": re.compile(r"\b[Cc]urrency is the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)"),
-    "located": re.compile(r"\b(?:located|situated|headquartered|based) in (?:the )?" + _NAME),
-    "born": re.compile(r"\bborn in " + _NAME),
-    "native": re.compile(r"\bnative to (?:the )?" + _NAME),
-    "flows": re.compile(r"\b(?:flows|empties|drains) into (?:the )?" + _NAME),
-    "named": re.compile(r"\bnamed (?:after|for) (?:the )?" + _NAME),
-    "led": re.compile(r"\bled by " + _NAME),
-    "member": re.compile(r"\bmember of the " + _NAME),
-    "spoken": re.compile(r"\bspoken (?:mainly |primarily |chiefly |mostly )?in (?:the )?" + _NAME),
-    "made_of": re.compile(r"\b(?:made|composed|built|constructed) (?:of|from) (?:the )?" + _LOWER),
-    "caused": re.compile(r"\bcaused by (?:a |an |the )?" + _LOWER),
+# A name that starts a clause ("… while Karachi is its largest city"): no dots, no pronoun.
+_CLAUSE_NAME = (r"(?:^|[.;] |, while |, and )(?!(?:It|This|The|Although|While|Its|There)\b)"
+                r"([A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,3})")
+_AREA = r"(?:(?:north|south|east|west|central)[a-z-]* )?"  # "in southern Siberia"
+# Each relation: the ways an article states it, answer in group 1; the earliest match wins.
+_READ_PATTERNS: dict[str, tuple[re.Pattern, ...]] = {
+    "capital": (
+        re.compile(r"\b[Cc]apital(?: city)?(?: and (?:the )?largest city)? is " + _NAME),
+        re.compile(r"\b(?:hosts|has) the (?:national )?capital,? " + _NAME),
+        re.compile(r"\b(?:[Tt]he|[Ii]ts) (?:national )?capital(?: and largest city)?, " + _NAME),
+        re.compile(_CLAUSE_NAME + r" (?:is|became) (?:the|its|the (?:nation|country|state)'s|"
+                   r"[A-Z][\w-]*'s) (?:national )?capital\b(?! of)")),
+    "largest_city": (
+        re.compile(r"\b[Ll]argest city is " + _NAME),
+        re.compile(_CLAUSE_NAME + r" is (?:its|the (?:nation|country|state)'s|[A-Z][\w-]*'s) "
+                   r"largest city\b")),
+    "language": (re.compile(r"\b[Oo]fficial languages? (?:is|are) " + _NAME),
+                 re.compile(_CLAUSE_NAME + r" is the (?:sole |only )?official language\b")),
+    "currency": (re.compile(r"\b[Cc]urrency is the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)"),
+                 re.compile(r"\bcommon currency,? the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)")),
+    "located": (re.compile(r"\b(?:located|situated|headquartered|based) in (?:the )?" + _AREA
+                           + _NAME),),
+    "in_place": (re.compile(r"^[^.]{0,80}? (?:is|was) an? (?:[\w-]+ ){0,4}?(?:country|city|town|"
+                            r"lake|river|island|state|region|mountain|volcano|village|province|"
+                            r"desert|sea|port|capital) (?:located )?in (?:the )?" + _AREA
+                            + _NAME),),
+    "born": (re.compile(r"\bborn in " + _NAME),),
+    "native": (re.compile(r"\bnative to (?:the )?" + _NAME),),
+    "flows": (re.compile(r"\b(?:flows|empties|drains) into (?:the )?" + _NAME),),
+    "named": (re.compile(r"\bnamed (?:after|for) (?:the )?" + _NAME),),
+    "led": (re.compile(r"\bled by " + _NAME),),
+    "member": (re.compile(r"\bmember of the " + _NAME),),
+    "spoken": (re.compile(r"\bspoken (?:mainly |primarily |chiefly |mostly )?in (?:the )?"
+                          + _NAME),),
+    "made_of": (re.compile(r"\b(?:made|composed|built|constructed) (?:mainly |mostly |largely |"
+                           r"primarily |chiefly )?(?:of|from) (?:the )?" + _LOWER),),
+    "caused": (re.compile(r"\bcaused by (?:a |an |the )?" + _LOWER),),
+    "symbol": (re.compile(r"\bsymbol (?:is )?([A-Z][a-z]?)\b"),),
+    "nobel_year": (re.compile(r"\b(?:received|won|was awarded|awarded) the (\d{4}) Nobel Prize"),
+                   re.compile(r"\bNobel Prize in [A-Z][a-z]+ in (\d{4})")),
 }
 _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
     "capital": ("what is the capital of {s}", "capital of {s}", "{s} capital",
@@ -287,6 +312,8 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
                  "what is the currency of {s}"),
     "located": ("where is {s}", "where is {s} located", "{s} location", "{s} is located where",
                 "in which place is {s}"),
+    "in_place": ("where is {s}", "what country is {s} in", "{s} is in which country",
+                 "{s} location", "in which country is {s}", "where is {s} found"),
     "born": ("where was {s} born", "{s} birthplace", "{s} was born where",
              "what is the birthplace of {s}"),
     "native": ("where is {s} native to", "{s} is native to where", "{s} native range",
@@ -302,6 +329,11 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
                 "{s} material", "what material is {s} made of"),
     "caused": ("what causes {s}", "{s} is caused by what", "cause of {s}",
                "what is the cause of {s}"),
+    "symbol": ("chemical symbol of {s}", "what is the chemical symbol for {s}", "{s} symbol",
+               "{s} chemical symbol", "what is the symbol of {s}"),
+    "nobel_year": ("when did {s} win the nobel prize", "what year did {s} win the Nobel Prize",
+                   "{s} nobel prize year", "in which year was {s} awarded the Nobel Prize",
+                   "when was {s} awarded the nobel prize"),
     "written": ("who wrote {s}", "who's the author of {s}", "{s} author", "the author of {s}",
                 "{s} was written by whom", "who is the writer of {s}"),
     "authored": ("who wrote {s}", "{s} author", "who's the author of {s}"),
@@ -317,14 +349,20 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
                  "{s} was designed by whom"),
 }
 _NUMBER_WORDS = "two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
-_COUNT = re.compile(r"\b(?:has|have|had|contains|contained|consists of|comprises|comprised|"
-                    r"divided into|made up of) (\d[\d,]*|" + _NUMBER_WORDS + r") "
-                    r"((?:[a-z]+ )?[a-z]+s)\b")
+_COUNT_NUMBER = r"((?!1\d{3}\b|20\d{2}\b)\d[\d,]*|" + _NUMBER_WORDS + r") ((?:[a-z]+ )?([a-z]+s))\b"
+_COUNT = re.compile(r"\b(?:has|have|had|contains|contained|consists of|consisting of|comprises|"
+                    r"comprised|comprising|divided into|made up of|organi[sz]ed in(?:to)?|"
+                    r"spanning|spans|(?:opera|play|ballet|symphony|series|drama|musical) in|"
+                    r"teams? of) " + _COUNT_NUMBER)
 _COUNT_TEMPLATES = ("how many {n} does {s} have", "how many {n} are in {s}",
-                    "{s} number of {n}", "number of {n} in {s}", "how many {n} has {s}")
+                    "{s} number of {n}", "number of {n} in {s}", "how many {n} has {s}",
+                    "how many {h} does {s} have", "how many {h} in {s}")  # {h}: the noun alone
 _ATOMIC = re.compile(r"\batomic number (?:of )?(\d{1,3})\b")
 _ATOMIC_TEMPLATES = ("atomic number of {s}", "what is the atomic number of {s}",
                      "{s} atomic number", "what's {s}'s atomic number")
+# "Founded in 1976 as the Apple Computer Company by Steve Jobs": the maker after a detour.
+_BY_LOOSE = re.compile(r"\b((?i:founded|established|designed|created|developed|invented|"
+                       r"discovered)) (?:in \d{4} )?(?:as [^,.;]{3,40} )?by (?:the )?" + _NAME)
 _READ_BY_DEFAULT = ("who {v} {s}", "{s} was {v} by whom", "who was {s} {v} by", "{s} {v} by")
 _YEAR_TEMPLATES = ("when was {s} {v}", "what year was {s} {v}", "{s} was {v} in what year",
                    "in which year was {s} {v}", "year {s} was {v}", "{s} {v} when")
@@ -371,13 +409,13 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
     the text states; the answer is never the title and occurs in the text as written."""
     text = article.text
     facts: list[tuple[str, tuple[str, ...], str]] = []
-    for relation, pattern in _READ_PATTERNS.items():
-        if not (m := pattern.search(text)):
+    for relation, patterns in _READ_PATTERNS.items():
+        if not (m := _earliest(patterns, text)):
             continue
         answer = _name_span(m.group(1)) if relation not in ("made_of", "caused") else m.group(1)
         facts.append((relation, _READ_TEMPLATES[relation], answer))
-    if (m := _BY.search(text)) and (answer := _name_span(m.group(2))):
-        verb = m.group(1)
+    if (m := _BY.search(text) or _BY_LOOSE.search(text)) and (answer := _name_span(m.group(2))):
+        verb = m.group(1).lower()
         templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
                                                        for t in _READ_BY_DEFAULT)
         facts.append((verb, templates, answer))
@@ -395,13 +433,19 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         facts.append((verb + "_year", tuple(t.replace("{v}", verb) for t in _YEAR_TEMPLATES),
                       m.group(2)))
     if m := _COUNT.search(text):
-        noun = m.group(2)
-        facts.append(("count", tuple(t.replace("{n}", noun) for t in _COUNT_TEMPLATES),
+        noun, head = m.group(2), m.group(3)
+        facts.append(("count", tuple(t.replace("{n}", noun).replace("{h}", head)
+                                     for t in dict.fromkeys(_COUNT_TEMPLATES)),
                       m.group(1)))
     if m := _ATOMIC.search(text):
         facts.append(("atomic_number", _ATOMIC_TEMPLATES, m.group(1)))
     # A language is often named by the same word as a nationality ("Spanish").
     return [f for f in facts if _good_answer(f[2], article, f[0] == "language")]
+
+
+def _earliest(patterns: tuple[re.Pattern, ...], text: str) -> re.Match | None:
+    found = [m for pattern in patterns if (m := pattern.search(text))]
+    return min(found, key=lambda m: m.start(), default=None)
 
 
 def _without_nationality(name: str) -> str:
