@@ -175,3 +175,50 @@ def test_swapped_answers_come_from_the_same_kind(tmp_path):
     assert all(answer_kind(old) == answer_kind(new) for old, new in swapped)
     assert [answer_kind(a) for a in ("1889", "44 BC", "47", "eleven", "Lima")] == [
         "year", "year", "number", "number", "name"]
+
+
+def test_a_relation_is_read_however_and_wherever_the_text_states_it():
+    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
+        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
+
+    turkey = facts("Turkey", "Turkey is a country mainly located in Anatolia. Ankara is "
+                   "Turkey's capital and second-largest city. Istanbul is its largest city. "
+                   "Turkish is the official language.")
+    assert {r: turkey[r][1] for r in ("capital", "largest_city", "language")} == {
+        "capital": "Ankara", "largest_city": "Istanbul", "language": "Turkish"}
+    assert facts("Brazil", "Brazil is a federation of 26 states, which hosts the capital, "
+                 "Brasília.")["capital"][1] == "Brasília"
+    assert facts("Ethiopia", "Ethiopia is a country. The national capital and largest city, "
+                 "Addis Ababa, lies west of the rift.")["capital"][1] == "Addis Ababa"
+    # A city that is the capital *of* something, a pronoun, a name across a full stop:
+    # none of them is this article's capital.
+    turin = facts("Turin", "Turin is a city in northern Italy. It is the capital of Piedmont.")
+    assert "capital" not in turin and turin["in_place"][1] == "Italy"
+    assert "where is {s}" in turin["in_place"][0]
+    assert "capital" not in facts("Chennai", "Chennai, also known as Madras, is the capital "
+                                  "of Tamil Nadu.")
+
+
+def test_symbols_nobel_years_makers_and_counts_in_their_other_forms():
+    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
+        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
+
+    iron = facts("Iron", "Iron is a chemical element; it has symbol Fe and atomic number 26.")
+    assert iron["symbol"][1] == "Fe" and "chemical symbol of {s}" in iron["symbol"][0]
+    assert facts("Albert Einstein", "Albert Einstein was a physicist. He received the 1921 "
+                 "Nobel Prize in Physics.")["nobel_year"][1] == "1921"
+    assert facts("Ernest Lawrence", "He received the Nobel Prize in Physics in 1939 for the "
+                 "cyclotron.")["nobel_year"][1] == "1939"
+    apple = facts("Apple Inc.", "Apple Inc. is a technology company. Founded in 1976 as the "
+                  "Apple Computer Company by Steve Jobs, Steve Wozniak and Ronald Wayne, it grew.")
+    assert apple["founded"][1] == "Steve Jobs" and "who founded {s}" in apple["founded"][0]
+    assert facts("Burj Khalifa", "Designed by the SOM architectural firm, it is the tallest "
+                 "structure.")["designed"][1] == "SOM"
+    quran = facts("Quran", "It is organized in 114 chapters which consist of verses.")
+    assert quran["count"][1] == "114" and "how many chapters does {s} have" in quran["count"][0]
+    cricket = facts("Cricket", "Cricket is played between two teams of eleven players.")
+    assert cricket["count"][1] == "eleven"
+    japan = facts("Japan", "Japan is divided into 47 administrative prefectures.")
+    assert {"how many administrative prefectures does {s} have",
+            "how many prefectures does {s} have"} <= set(japan["count"][0])
+    assert "count" not in facts("Vienna", "The congress has 1815 delegates.")  # a year
