@@ -40,6 +40,7 @@ from evaluator.benchmarks import (  # noqa: E402
     question_from_record,
     read_data_file,
 )
+from evaluator.metrics import exact_match  # noqa: E402
 from nano.data import BENCHMARK_NAME  # noqa: E402
 from nano.evaluate import (  # noqa: E402
     EmptyRetriever,
@@ -47,6 +48,7 @@ from nano.evaluate import (  # noqa: E402
     run_batched,
     run_one_by_one,
     score,
+    taught,
 )
 from retriever.client import LocalRetriever  # noqa: E402
 
@@ -71,10 +73,27 @@ def evaluate(model: str, questions: list[Question], settings: AgentSettings | No
         batched = run_batched(questions, backend, retriever, settings, batch_size)
         result["batched_qps"] = len(questions) / (time.perf_counter() - start)
         result["batched_em"] = score(questions, batched)["em"]
+    if any("support" in q.metadata for q in questions):
+        result["taught"] = taught_split(questions, with_docs)
     result["examples"] = [{"question": q.question, "golden": q.golden_answers,
                            "answer": run.answer, "family": q.metadata["family"]}
                           for q, run in zip(questions, with_docs, strict=True)]
     return result
+
+
+def taught_split(questions: list[Question], runs: list) -> dict:
+    """EM on the questions whose relation the training data teaches (`nano.evaluate.taught`,
+    on the embedded corpus) and on the rest."""
+    from nano.questions import articles_from_records
+    from retriever.corpus import load_records, resolve_corpus
+
+    articles = {a.title: a for a in articles_from_records(load_records(resolve_corpus(None)))}
+    flags = taught(questions, articles)
+    right = [exact_match(run.answer, q.golden_answers)
+             for q, run in zip(questions, runs, strict=True)]
+    return {kind: {"questions": sum(f == want for f in flags),
+                   "right": sum(r for f, r in zip(flags, right, strict=True) if f == want)}
+            for kind, want in (("taught", True), ("not taught", False))}
 
 
 def questions_from_file(path: Path) -> list[Question]:
@@ -99,6 +118,9 @@ def report(result: dict, name: str = "vitalqa") -> str:
         f"{f} {v:.3f}" for f, v in b["per_family"].items()))
     lines.append("runs (a), by what they retrieved: " + ", ".join(
         f"{kind} {n}" for kind, n in a["outcomes"].items()))
+    if "taught" in result:
+        lines.append("(a) by whether the training data teaches the relation asked: " + ", ".join(
+            f"{kind} {t['right']}/{t['questions']}" for kind, t in result["taught"].items()))
     if "batched_qps" in result:
         lines.append(f"(c) run_agent_batch: {result['batched_qps']:.2f} questions/s vs "
                      f"{result['one_by_one_qps']:.2f} one by one "

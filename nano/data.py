@@ -99,6 +99,18 @@ def reading_questions(article: Article, copies: int = 1) -> list[GeneratedQuesti
     return out
 
 
+def taught_answers(article: Article) -> frozenset[str]:
+    """The answers (normalised as EM compares them) of every span the generator asks about
+    `article`: its reading facts, cloze sentences and span facts. A benchmark question whose
+    golden answer is among them asks a relation the training data teaches."""
+    from evaluator.metrics import normalize_answer
+
+    spans = ([answer for _, _, answer in reading_facts(article)]
+             + [answer for _, _, answer in cloze_questions(article)]
+             + [answer for _, _, answer in span_facts(article)])
+    return frozenset(normalize_answer(a) for a in spans)
+
+
 def build_questions(records: list[dict], train_copies: int = 2,
                     exclude: frozenset[str] = frozenset()
                     ) -> tuple[list[GeneratedQuestion], list[GeneratedQuestion]]:

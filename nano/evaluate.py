@@ -10,8 +10,8 @@ from collections import defaultdict
 from agent.loop import AgentSettings, run_agent, run_agent_batch
 from evaluator.benchmarks import LOCAL_BENCHMARKS, Question, load_local
 from evaluator.metrics import exact_match, normalize_answer, retrieval_recall
-from nano.data import BENCHMARK_NAME
-from nano.questions import stable_int
+from nano.data import BENCHMARK_NAME, taught_answers
+from nano.questions import Article, stable_int
 from retriever.doc import split_title
 
 # What a run did, judged against what it retrieved: right, or which way it went wrong.
@@ -77,6 +77,19 @@ def outcome(question: Question, run) -> str:
         return "said a title"
     return ("copied another span" if retrieval_recall(run.answer, run.retrieved)
             else "wrote no span")
+
+
+def taught(questions: list[Question], articles: dict[str, Article]) -> list[bool]:
+    """For each question, whether the training-data generator states its golden answer about
+    the article the question names as its support (`metadata["support"]`, a title in
+    `articles`): a relation the data teaches, asked about an article training never saw.
+    False without a support article."""
+    out = []
+    for question in questions:
+        article = articles.get(str(question.metadata.get("support", "")))
+        golden = {normalize_answer(a) for a in question.golden_answers}
+        out.append(article is not None and bool(golden & taught_answers(article)))
+    return out
 
 
 def score(questions: list[Question], finished: list) -> dict:

@@ -69,3 +69,7 @@ def test_nano_benchmark_on_naturalqa_counts_how_each_run_went(tmp_path):
     with_docs = json.loads(out.read_text())["with_retrieval"]
     assert sum(with_docs["outcomes"].values()) == 12
     assert with_docs["outcomes"]["right"] == round(with_docs["em"] * 12)
+    taught = json.loads(out.read_text())["taught"]  # naturalqa names each support article
+    assert sum(t["questions"] for t in taught.values()) == 12
+    assert sum(t["right"] for t in taught.values()) == with_docs["outcomes"]["right"]
+    assert "(a) by whether the training data teaches the relation asked: taught " in run.stdout

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from agent.events import Finished
 from evaluator.benchmarks import Question
-from nano.evaluate import OUTCOMES, outcome, score
+from nano.evaluate import OUTCOMES, outcome, score, taught
+from nano.questions import Article
 
 MONA = '"Mona Lisa"\nThe Mona Lisa is a portrait painting by Italian artist Leonardo da Vinci.'
 LOUVRE = '"Louvre"\nThe Louvre is an art museum in Paris.'
@@ -38,3 +39,38 @@ def test_score_counts_every_run_once():
     assert sum(result["outcomes"].values()) == 3
     assert result["outcomes"]["right"] == round(result["em"] * 3) == 1
     assert result["outcomes"]["said a title"] == result["outcomes"]["answer not retrieved"] == 1
+
+
+def test_taught_means_the_generator_asks_that_answer_about_the_support_article():
+    iron = Article("1", "Iron", "Iron is a chemical element; it has symbol Fe and atomic "
+                   "number 26. It is the most common element on Earth by mass.")
+    articles = {"Iron": iron}
+
+    def ask(text: str, answers: list[str], support: str | None = "Iron") -> Question:
+        return Question("q", "naturalqa", text, answers,
+                        {"family": "thing"} | ({"support": support} if support else {}))
+
+    questions = [ask("chemical symbol of iron", ["Fe"]),  # a reading fact: symbol
+                 ask("atomic number of iron", ["26"]),
+                 ask("what is iron's melting point", ["1538 °C"]),  # never stated so
+                 ask("chemical symbol of iron", ["Fe"], support="Gold"),  # no such article
+                 ask("chemical symbol of iron", ["Fe"], support=None)]
+    assert taught(questions, articles) == [True, True, False, False, False]
+
+
+def test_the_generator_teaches_42_of_naturalqa_devs_78_relations():
+    """Measured on the embedded corpus (2026-12-05, the twelfth attempt's patterns; 27 before
+    them): which dev questions ask a relation the training data states about other articles."""
+    from evaluator.benchmarks import question_from_record, read_data_file
+    from nano.questions import articles_from_records
+    from retriever.corpus import load_records, resolve_corpus
+    from tests.conftest import ROOT
+
+    path = ROOT / "assets" / "naturalqa" / "dev.jsonl"
+    questions = [question_from_record(r, "naturalqa", i, w)
+                 for i, (w, r) in enumerate(read_data_file(path))]
+    articles = {a.title: a for a in articles_from_records(load_records(resolve_corpus(None)))}
+    flags = dict(zip((q.question for q in questions), taught(questions, articles), strict=True))
+    assert sum(flags.values()) == 42 and len(flags) == 78
+    assert flags["chemical symbol of iron"] and flags["what is the capital of brazil"]
+    assert not flags["who narrates the great gatsby"]
