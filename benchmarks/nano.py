@@ -82,8 +82,8 @@ def evaluate(model: str, questions: list[Question], settings: AgentSettings | No
 
 
 def taught_split(questions: list[Question], runs: list) -> dict:
-    """EM on the questions whose relation the training data teaches (`nano.evaluate.taught`,
-    on the embedded corpus) and on the rest."""
+    """EM on the questions whose golden answer the data generator asks for about their
+    article (`nano.evaluate.taught`, on the embedded corpus), and on the rest."""
     from nano.questions import articles_from_records
     from retriever.corpus import load_records, resolve_corpus
 
@@ -119,7 +119,8 @@ def report(result: dict, name: str = "vitalqa") -> str:
     lines.append("runs (a), by what they retrieved: " + ", ".join(
         f"{kind} {n}" for kind, n in a["outcomes"].items()))
     if "taught" in result:
-        lines.append("(a) by whether the training data teaches the relation asked: " + ", ".join(
+        lines.append("(a) by whether the data generator asks for that answer about that "
+                     "article: " + ", ".join(
             f"{kind} {t['right']}/{t['questions']}" for kind, t in result["taught"].items()))
     if "batched_qps" in result:
         lines.append(f"(c) run_agent_batch: {result['batched_qps']:.2f} questions/s vs "

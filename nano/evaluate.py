@@ -80,10 +80,11 @@ def outcome(question: Question, run) -> str:
 
 
 def taught(questions: list[Question], articles: dict[str, Article]) -> list[bool]:
-    """For each question, whether the training-data generator states its golden answer about
-    the article the question names as its support (`metadata["support"]`, a title in
-    `articles`): a relation the data teaches, asked about an article training never saw.
-    False without a support article."""
+    """For each question, whether the training-data generator asks for one of its golden
+    answers about the article the question names as its support (`metadata["support"]`, a
+    title in `articles`): the answer is a span the data teaches the model to read there (by
+    any relation or cloze sentence, not always the one asked). False without a support
+    article."""
     out = []
     for question in questions:
         article = articles.get(str(question.metadata.get("support", "")))

@@ -268,23 +268,21 @@ _READ_PATTERNS: dict[str, tuple[re.Pattern, ...]] = {
     "capital": (
         re.compile(r"\b[Cc]apital(?: city)?(?: and (?:the )?largest city)? is " + _NAME),
         re.compile(r"\b(?:hosts|has) the (?:national )?capital,? " + _NAME),
-        re.compile(r"\b(?:[Tt]he|[Ii]ts) (?:national )?capital(?: and largest city)?, " + _NAME),
-        re.compile(_CLAUSE_NAME + r" (?:is|became) (?:the|its|the (?:nation|country|state)'s|"
-                   r"[A-Z][\w-]*'s) (?:national )?capital\b(?! of)")),
+        # "the capital, X" alone also names a neighbour's capital in a city's article
+        re.compile(r"\b(?:[Tt]he (?:national )?capital and largest city|[Ii]ts (?:national )?"
+                   r"capital(?: and largest city)?), " + _NAME),
+        re.compile(_CLAUSE_NAME + r" (?:is|became) (?:the|its|the (?:nation|country|state)['’]s|"
+                   r"[A-Z][\w-]*['’]s) (?:national )?capital(?: city)?+(?! of\b)")),
     "largest_city": (
         re.compile(r"\b[Ll]argest city is " + _NAME),
-        re.compile(_CLAUSE_NAME + r" is (?:its|the (?:nation|country|state)'s|[A-Z][\w-]*'s) "
-                   r"largest city\b")),
+        re.compile(_CLAUSE_NAME + r" is (?:its|the (?:nation|country|state)['’]s|"
+                   r"[A-Z][\w-]*['’]s) largest city\b(?! of\b)")),
     "language": (re.compile(r"\b[Oo]fficial languages? (?:is|are) " + _NAME),
                  re.compile(_CLAUSE_NAME + r" is the (?:sole |only )?official language\b")),
     "currency": (re.compile(r"\b[Cc]urrency is the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)"),
                  re.compile(r"\bcommon currency,? the ((?:[A-Z][\w'-]* ){0,3}[\w'-]+)")),
     "located": (re.compile(r"\b(?:located|situated|headquartered|based) in (?:the )?" + _AREA
                            + _NAME),),
-    "in_place": (re.compile(r"^[^.]{0,80}? (?:is|was) an? (?:[\w-]+ ){0,4}?(?:country|city|town|"
-                            r"lake|river|island|state|region|mountain|volcano|village|province|"
-                            r"desert|sea|port|capital) (?:located )?in (?:the )?" + _AREA
-                            + _NAME),),
     "born": (re.compile(r"\bborn in " + _NAME),),
     "native": (re.compile(r"\bnative to (?:the )?" + _NAME),),
     "flows": (re.compile(r"\b(?:flows|empties|drains) into (?:the )?" + _NAME),),
@@ -296,9 +294,12 @@ _READ_PATTERNS: dict[str, tuple[re.Pattern, ...]] = {
     "made_of": (re.compile(r"\b(?:made|composed|built|constructed) (?:mainly |mostly |largely |"
                            r"primarily |chiefly )?(?:of|from) (?:the )?" + _LOWER),),
     "caused": (re.compile(r"\bcaused by (?:a |an |the )?" + _LOWER),),
-    "symbol": (re.compile(r"\bsymbol (?:is )?([A-Z][a-z]?)\b"),),
-    "nobel_year": (re.compile(r"\b(?:received|won|was awarded|awarded) the (\d{4}) Nobel Prize"),
-                   re.compile(r"\bNobel Prize in [A-Z][a-z]+ in (\d{4})")),
+    # only an element's: "ticker symbol F" is not a chemical symbol
+    "symbol": (re.compile(r"\belement\b[^.]{0,40}\bsymbol (?:is )?([A-Z][a-z]?)\b"),),
+    # won, not nominated; the subject is checked in reading_facts
+    "nobel_year": (re.compile(r"\b(?:received|won|awarded) the (\d{4}) Nobel Prize"),
+                   re.compile(r"\b(?:received|won|awarded) the Nobel Prize in [A-Z][a-z]+"
+                              r"(?: or [A-Z][a-z]+)? in (\d{4})")),
 }
 _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
     "capital": ("what is the capital of {s}", "capital of {s}", "{s} capital",
@@ -312,8 +313,6 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
                  "what is the currency of {s}"),
     "located": ("where is {s}", "where is {s} located", "{s} location", "{s} is located where",
                 "in which place is {s}"),
-    "in_place": ("where is {s}", "what country is {s} in", "{s} is in which country",
-                 "{s} location", "in which country is {s}", "where is {s} found"),
     "born": ("where was {s} born", "{s} birthplace", "{s} was born where",
              "what is the birthplace of {s}"),
     "native": ("where is {s} native to", "{s} is native to where", "{s} native range",
@@ -349,20 +348,24 @@ _READ_TEMPLATES: dict[str, tuple[str, ...]] = {
                  "{s} was designed by whom"),
 }
 _NUMBER_WORDS = "two|three|four|five|six|seven|eight|nine|ten|eleven|twelve"
-_COUNT_NUMBER = r"((?!1\d{3}\b|20\d{2}\b)\d[\d,]*|" + _NUMBER_WORDS + r") ((?:[a-z]+ )?([a-z]+s))\b"
+# Not a year, and not "72 million members" or "56,594 square kilometres" (the head alone
+# would drop the unit).
+_COUNT_NUMBER = (r"((?!1\d{3}\b|20\d{2}\b)\d[\d,]*|" + _NUMBER_WORDS + r") "
+                 r"(?!(?:million|billion|thousand|hundred|square|cubic|per)\b)"
+                 r"((?:[a-z]+ )?([a-z]+s))\b")
+_NOT_COUNTED = {"years", "decades", "centuries", "months", "weeks", "days", "hours", "minutes",
+                "seconds", "degrees", "kilometres", "kilometers", "miles", "metres", "meters",
+                "times", "is", "its", "this", "was", "has", "as"}
 _COUNT = re.compile(r"\b(?:has|have|had|contains|contained|consists of|consisting of|comprises|"
                     r"comprised|comprising|divided into|made up of|organi[sz]ed in(?:to)?|"
-                    r"spanning|spans|(?:opera|play|ballet|symphony|series|drama|musical) in|"
-                    r"teams? of) " + _COUNT_NUMBER)
+                    r"(?:opera|play|ballet|symphony|series|drama|musical) in|teams? of) "
+                    + _COUNT_NUMBER)
 _COUNT_TEMPLATES = ("how many {n} does {s} have", "how many {n} are in {s}",
                     "{s} number of {n}", "number of {n} in {s}", "how many {n} has {s}",
                     "how many {h} does {s} have", "how many {h} in {s}")  # {h}: the noun alone
 _ATOMIC = re.compile(r"\batomic number (?:of )?(\d{1,3})\b")
 _ATOMIC_TEMPLATES = ("atomic number of {s}", "what is the atomic number of {s}",
                      "{s} atomic number", "what's {s}'s atomic number")
-# "Founded in 1976 as the Apple Computer Company by Steve Jobs": the maker after a detour.
-_BY_LOOSE = re.compile(r"\b((?i:founded|established|designed|created|developed|invented|"
-                       r"discovered)) (?:in \d{4} )?(?:as [^,.;]{3,40} )?by (?:the )?" + _NAME)
 _READ_BY_DEFAULT = ("who {v} {s}", "{s} was {v} by whom", "who was {s} {v} by", "{s} {v} by")
 _YEAR_TEMPLATES = ("when was {s} {v}", "what year was {s} {v}", "{s} was {v} in what year",
                    "in which year was {s} {v}", "year {s} was {v}", "{s} {v} when")
@@ -381,6 +384,11 @@ _WORK_VERB = {"novel": "wrote", "novella": "wrote", "book": "wrote", "poem": "wr
 _ROLES = ("author|writer|novelist|poet|playwright|dramatist|painter|artist|composer|director|"
           "filmmaker|sculptor|philosopher|cartoonist|musician|singer|band|rock band|architect")
 _MAKER = r"(?:[A-Z][\w-]* ){0,3}(?:[a-z]+ )?(?:" + _ROLES + r") "  # "the Italian artist"
+# "Founded in 1976 as the Apple Computer Company by Steve Jobs": the maker after a detour,
+# and "designed by the Catalan architect Antoni Gaudí": after a role.
+_BY_LOOSE = re.compile(r"(?<![-\w])((?i:founded|established|designed|created|developed|"
+                       r"invented|discovered)) (?:in \d{4} )?(?:as [^,.;]{3,40} )?by (?:the )?"
+                       r"(?:" + _MAKER + r")?" + _NAME)
 _WORK_BY = re.compile(
     r"\b(" + "|".join(_WORK_VERB) + r")s? (?:(?:first |originally )?(?:written|painted|"
     r"composed|directed|created|sculpted) )?(?:by (?:the )?(?:" + _MAKER + r")?|of (?:the )?"
@@ -399,6 +407,17 @@ _WORK_TEMPLATES = {
     "sang": ("who sang {s}", "{s} singer", "who performed {s}", "whose {k} is {s}",
              "{s} by whom"),
 }
+# "X is a landlocked country in Western Europe", "a port city in southwestern Nigeria": where X
+# is, as its first sentence says. Only a town, lake, mountain … is asked "what country".
+_IN_PLACE = re.compile(r"^[^.]{0,80}? (?:is|was) an? (?:[\w-]+ ){0,4}?(country|city|town|lake|"
+                       r"river|island|state|region|mountain|volcano|village|province|desert|sea|"
+                       r"port|capital) (?:located )?in (?:the )?" + _AREA + _NAME + r"(?! and)")
+_IN_PLACE_TEMPLATES = ("where is {s}", "{s} location", "where is {s} found",
+                       "in which part of the world is {s}")
+_IN_COUNTRY_TEMPLATES = ("what country is {s} in", "{s} is in which country",
+                         "in which country is {s}")
+_REGION_WORDS = {"North", "South", "East", "West", "Central", "Baltic", "Northern", "Southern",
+                 "Eastern", "Western"}
 _STARRING = re.compile(r"\bstarring (?:the )?" + _NAME)
 _STARRING_TEMPLATES = ("who starred in {s}", "{s} star", "who played the lead in {s}",
                        "{s} lead actor", "who was the star of {s}")
@@ -414,7 +433,8 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
             continue
         answer = _name_span(m.group(1)) if relation not in ("made_of", "caused") else m.group(1)
         facts.append((relation, _READ_TEMPLATES[relation], answer))
-    if (m := _BY.search(text) or _BY_LOOSE.search(text)) and (answer := _name_span(m.group(2))):
+    if ((m := _earliest((_BY, _BY_LOOSE), text)) and text[m.start() - 1:m.start()] != "-"
+            and (answer := _without_nationality(_name_span(m.group(2))))):  # "re-discovered"
         verb = m.group(1).lower()
         templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
                                                        for t in _READ_BY_DEFAULT)
@@ -426,21 +446,40 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         if all(answer != fact[2] for fact in facts):  # "film directed by X" is `directed`
             facts.append(("work_" + verb, tuple(t.replace("{k}", kind)
                                                 for t in _WORK_TEMPLATES[verb]), answer))
+    if ((m := _IN_PLACE.match(text)) and (answer := _name_span(m.group(2)))
+            and answer not in _REGION_WORDS and answer not in _NATIONALITIES
+            and all(answer != fact[2] and fact[0] != "located" for fact in facts)):
+        country = m.group(1) not in ("country", "state", "region", "province", "sea", "desert")
+        facts.append(("in_place", _IN_PLACE_TEMPLATES + (_IN_COUNTRY_TEMPLATES if country
+                                                          else ()), answer))
     if (m := _STARRING.search(text)) and (answer := _name_span(m.group(1))):
         facts.append(("starring", _STARRING_TEMPLATES, answer))
     if m := _IN_YEAR.search(text):
         verb = m.group(1)
         facts.append((verb + "_year", tuple(t.replace("{v}", verb) for t in _YEAR_TEMPLATES),
                       m.group(2)))
-    if m := _COUNT.search(text):
+    if (m := _COUNT.search(text)) and m.group(3) not in _NOT_COUNTED:
         noun, head = m.group(2), m.group(3)
-        facts.append(("count", tuple(t.replace("{n}", noun).replace("{h}", head)
-                                     for t in dict.fromkeys(_COUNT_TEMPLATES)),
+        facts.append(("count", tuple(dict.fromkeys(t.replace("{n}", noun).replace("{h}", head)
+                                                   for t in _COUNT_TEMPLATES)),
                       m.group(1)))
     if m := _ATOMIC.search(text):
         facts.append(("atomic_number", _ATOMIC_TEMPLATES, m.group(1)))
+    facts = [f for f in facts if f[0] != "nobel_year" or _about_the_subject(f[2], article)]
     # A language is often named by the same word as a nationality ("Spanish").
     return [f for f in facts if _good_answer(f[2], article, f[0] == "language")]
+
+
+def _about_the_subject(year: str, article: Article) -> bool:
+    """The sentence stating the prize year is about the article's subject (a person): it
+    starts with "He", "She" or the name, and not with the book or the experiment's author."""
+    for sentence in sentences(article.text):
+        if year in sentence and "Nobel" in sentence:
+            last = article.name.split()[-1]
+            return bool(re.match(r"(?:He|She|" + re.escape(last) + r"|"
+                                 + re.escape(article.name) + r")\b", sentence)) or (
+                sentence.startswith(article.name.split()[0]))
+    return False
 
 
 def _earliest(patterns: tuple[re.Pattern, ...], text: str) -> re.Match | None:

@@ -72,4 +72,5 @@ def test_nano_benchmark_on_naturalqa_counts_how_each_run_went(tmp_path):
     taught = json.loads(out.read_text())["taught"]  # naturalqa names each support article
     assert sum(t["questions"] for t in taught.values()) == 12
     assert sum(t["right"] for t in taught.values()) == with_docs["outcomes"]["right"]
-    assert "(a) by whether the training data teaches the relation asked: taught " in run.stdout
+    assert "(a) by whether the data generator asks for that answer about that article: " \
+        "taught " in run.stdout

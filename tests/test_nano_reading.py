@@ -190,13 +190,23 @@ def test_a_relation_is_read_however_and_wherever_the_text_states_it():
                  "Brasília.")["capital"][1] == "Brasília"
     assert facts("Ethiopia", "Ethiopia is a country. The national capital and largest city, "
                  "Addis Ababa, lies west of the rift.")["capital"][1] == "Addis Ababa"
-    # A city that is the capital *of* something, a pronoun, a name across a full stop:
-    # none of them is this article's capital.
+    # The capital *of* somewhere else, a pronoun, a name across a full stop, a neighbour's
+    # capital: none of them is this article's capital.
     turin = facts("Turin", "Turin is a city in northern Italy. It is the capital of Piedmont.")
     assert "capital" not in turin and turin["in_place"][1] == "Italy"
-    assert "where is {s}" in turin["in_place"][0]
-    assert "capital" not in facts("Chennai", "Chennai, also known as Madras, is the capital "
-                                  "of Tamil Nadu.")
+    assert {"where is {s}", "what country is {s} in"} <= set(turin["in_place"][0])
+    assert "capital" not in facts("Italy", "Italy is a country in Southern Europe. Milan is "
+                                  "the capital city of Lombardy.")
+    assert "capital" not in facts("Sapporo", "Sapporo lies near the Ishikari River. Sapporo "
+                                  "Dome is the capital's stadium.")
+    assert "capital" not in facts("Montreal", "Montreal is a city in Quebec, east of the "
+                                  "national capital, Ottawa.")
+    # A country is where it is, not "in" a country; a bare region word is no answer.
+    canada = facts("Canada", "Canada is a country in North America. Its capital is Ottawa.")
+    assert canada["in_place"][1] == "North America"
+    assert "what country is {s} in" not in canada["in_place"][0]
+    assert "in_place" not in facts("White Nile", "The White Nile is a river in North and East "
+                                   "Africa.")
 
 
 def test_symbols_nobel_years_makers_and_counts_in_their_other_forms():
@@ -222,3 +232,19 @@ def test_symbols_nobel_years_makers_and_counts_in_their_other_forms():
     assert {"how many administrative prefectures does {s} have",
             "how many prefectures does {s} have"} <= set(japan["count"][0])
     assert "count" not in facts("Vienna", "The congress has 1815 delegates.")  # a year
+    # not a unit dropped ("72 million members"), not a span of time, not a verb
+    assert "count" not in facts("Church", "The church has 72 million members.")
+    assert "count" not in facts("Alfred Hitchcock", "His career, spanning six decades, began.")
+    assert "count" not in facts("Atom", "Every atom contains 11 protons is a sodium atom.")
+    # a symbol only of an element, a Nobel year only of the article's subject, the maker
+    # after a role and a nationality
+    assert "symbol" not in facts("Ford Motor Company", "Ford is a carmaker. It trades under "
+                                 "the ticker symbol F.")
+    assert "nobel_year" not in facts("The Grapes of Wrath", "The Grapes of Wrath is a novel "
+                                     "by John Steinbeck. Steinbeck won the 1962 Nobel Prize.")
+    assert "nobel_year" not in facts("Anna Akhmatova", "She was nominated for the Nobel Prize "
+                                     "in Literature in 1965.")
+    assert facts("Sagrada Família", "Designed by the Catalan architect Antoni Gaudí, it is "
+                 "a church.")["designed"][1] == "Antoni Gaudí"
+    assert "discovered" not in facts("Mendelian inheritance", "The laws were re-discovered "
+                                     "by Hugo de Vries.")
