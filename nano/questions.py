@@ -483,6 +483,8 @@ def _about_the_subject(year: str, article: Article) -> bool:
 
 
 def _earliest(patterns: tuple[re.Pattern, ...], text: str) -> re.Match | None:
+    # The first statement of a relation is the lead's, about the article's own subject; a
+    # later one is more often about something the article mentions.
     found = [m for pattern in patterns if (m := pattern.search(text))]
     return min(found, key=lambda m: m.start(), default=None)
 
