@@ -197,8 +197,8 @@ def test_a_relation_is_read_however_and_wherever_the_text_states_it():
     assert {"where is {s}", "what country is {s} in"} <= set(turin["in_place"][0])
     assert "capital" not in facts("Italy", "Italy is a country in Southern Europe. Milan is "
                                   "the capital city of Lombardy.")
-    assert "capital" not in facts("Sapporo", "Sapporo lies near the Ishikari River. Sapporo "
-                                  "Dome is the capital's stadium.")
+    assert facts("Hokkaido", "Its longest river is the Ishikari River. Sapporo is its "
+                 "capital.")["capital"][1] == "Sapporo"  # not "Ishikari River. Sapporo"
     assert "capital" not in facts("Montreal", "Montreal is a city in Quebec, east of the "
                                   "national capital, Ottawa.")
     # A country is where it is, not "in" a country; a bare region word is no answer.
