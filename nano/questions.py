@@ -473,12 +473,11 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
 def _about_the_subject(year: str, article: Article) -> bool:
     """The sentence stating the prize year is about the article's subject (a person): it
     starts with "He", "She" or the name, and not with the book or the experiment's author."""
+    words = article.name.split()
     for sentence in sentences(article.text):
         if year in sentence and "Nobel" in sentence:
-            last = article.name.split()[-1]
-            return bool(re.match(r"(?:He|She|" + re.escape(last) + r"|"
-                                 + re.escape(article.name) + r")\b", sentence)) or (
-                sentence.startswith(article.name.split()[0]))
+            return (re.match(r"(?:He|She|" + re.escape(words[-1]) + r")\b", sentence) is not None
+                    or sentence.startswith(words[0]))  # the full name starts so too
     return False
 
 

@@ -22,6 +22,11 @@ PERU = Article("8", "Peru", "Peru is a country in western South America. Its cap
                "Peruvian sol. It was founded in 1821 by José de San Martín.")
 
 
+def facts_in(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
+    """relation → (templates, answer) that `reading_facts` reads in a one-article text."""
+    return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
+
+
 def test_reading_facts_are_spans_of_the_text_and_never_the_title():
     facts = {relation: answer for relation, _, answer in reading_facts(PERU)}
     assert facts["capital"] == "Lima"
@@ -35,25 +40,22 @@ def test_reading_facts_are_spans_of_the_text_and_never_the_title():
 
 
 def test_who_made_a_work_skips_the_nationality_and_role_before_the_name():
-    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
-        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
-
-    war = facts("War and Peace", "War and Peace is an epic novel by the Russian author Leo "
-                "Tolstoy. It was first published in 1869.")
+    war = facts_in("War and Peace", "War and Peace is an epic novel by the Russian author Leo "
+                   "Tolstoy. It was first published in 1869.")
     templates, answer = war["work_wrote"]
     assert answer == "Leo Tolstoy"
     assert "war and peace author" in {t.format(s="War and Peace").lower() for t in templates}
-    bovary = facts("Madame Bovary", "Madame Bovary is the debut novel of French writer "
-                   "Gustave Flaubert, published in 1856.")
+    bovary = facts_in("Madame Bovary", "Madame Bovary is the debut novel of French writer "
+                      "Gustave Flaubert, published in 1856.")
     assert bovary["work_wrote"][1] == "Gustave Flaubert"  # "of" counts with a role only
-    assert facts("Don Quixote", "Don Quixote is a Spanish novel by Miguel de Cervantes."
-                 )["work_wrote"][1] == "Miguel de Cervantes"
-    assert facts("Swan Lake", "Swan Lake is a ballet composed by Russian composer Pyotr "
-                 "Ilyich Tchaikovsky in 1875.")["work_composed"][1] == "Pyotr Ilyich Tchaikovsky"
-    statue = facts("Christ the Redeemer", "Christ the Redeemer is a statue of Jesus in Rio.")
+    assert facts_in("Don Quixote", "Don Quixote is a Spanish novel by Miguel de Cervantes."
+                    )["work_wrote"][1] == "Miguel de Cervantes"
+    assert facts_in("Swan Lake", "Swan Lake is a ballet composed by Russian composer Pyotr "
+                    "Ilyich Tchaikovsky in 1875.")["work_composed"][1] == "Pyotr Ilyich Tchaikovsky"
+    statue = facts_in("Christ the Redeemer", "Christ the Redeemer is a statue of Jesus in Rio.")
     assert not any(r.startswith("work_") for r in statue)  # the subject, not the maker
-    film = facts("Casablanca", "Casablanca is a 1942 American film directed by Michael Curtiz "
-                 "and starring Humphrey Bogart.")
+    film = facts_in("Casablanca", "Casablanca is a 1942 American film directed by Michael Curtiz "
+                    "and starring Humphrey Bogart.")
     assert film["directed"][1] == "Michael Curtiz" and film["starring"][1] == "Humphrey Bogart"
     assert "work_directed" not in film  # the same fact once, not the star as its director
 
@@ -178,73 +180,68 @@ def test_swapped_answers_come_from_the_same_kind(tmp_path):
 
 
 def test_a_relation_is_read_however_and_wherever_the_text_states_it():
-    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
-        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
-
-    turkey = facts("Turkey", "Turkey is a country mainly located in Anatolia. Ankara is "
-                   "Turkey's capital and second-largest city. Istanbul is its largest city. "
-                   "Turkish is the official language.")
+    turkey = facts_in("Turkey", "Turkey is a country mainly located in Anatolia. Ankara is "
+                      "Turkey's capital and second-largest city. Istanbul is its largest city. "
+                      "Turkish is the official language.")
     assert {r: turkey[r][1] for r in ("capital", "largest_city", "language")} == {
         "capital": "Ankara", "largest_city": "Istanbul", "language": "Turkish"}
-    assert facts("Brazil", "Brazil is a federation of 26 states, which hosts the capital, "
-                 "Brasília.")["capital"][1] == "Brasília"
-    assert facts("Ethiopia", "Ethiopia is a country. The national capital and largest city, "
-                 "Addis Ababa, lies west of the rift.")["capital"][1] == "Addis Ababa"
+    assert facts_in("Brazil", "Brazil is a federation of 26 states, which hosts the capital, "
+                    "Brasília.")["capital"][1] == "Brasília"
+    assert facts_in("Ethiopia", "Ethiopia is a country. The national capital and largest city, "
+                    "Addis Ababa, lies west of the rift.")["capital"][1] == "Addis Ababa"
     # The capital *of* somewhere else, a pronoun, a name across a full stop, a neighbour's
     # capital: none of them is this article's capital.
-    turin = facts("Turin", "Turin is a city in northern Italy. It is the capital of Piedmont.")
+    turin = facts_in("Turin", "Turin is a city in northern Italy. It is the capital of Piedmont.")
     assert "capital" not in turin and turin["in_place"][1] == "Italy"
     assert {"where is {s}", "what country is {s} in"} <= set(turin["in_place"][0])
-    assert "capital" not in facts("Italy", "Italy is a country in Southern Europe. Milan is "
-                                  "the capital city of Lombardy.")
-    assert facts("Hokkaido", "Its longest river is the Ishikari River. Sapporo is its "
-                 "capital.")["capital"][1] == "Sapporo"  # not "Ishikari River. Sapporo"
-    assert "capital" not in facts("Montreal", "Montreal is a city in Quebec, east of the "
-                                  "national capital, Ottawa.")
+    assert "capital" not in facts_in("Italy", "Italy is a country in Southern Europe. Milan is "
+                                     "the capital city of Lombardy.")
+    assert facts_in("Hokkaido", "Its longest river is the Ishikari River. Sapporo is its "
+                    "capital.")["capital"][1] == "Sapporo"  # not "Ishikari River. Sapporo"
+    assert "capital" not in facts_in("Montreal", "Montreal is a city in Quebec, east of the "
+                                     "national capital, Ottawa.")
     # A country is where it is, not "in" a country; a bare region word is no answer.
-    canada = facts("Canada", "Canada is a country in North America. Its capital is Ottawa.")
+    canada = facts_in("Canada", "Canada is a country in North America. Its capital is Ottawa.")
     assert canada["in_place"][1] == "North America"
     assert "what country is {s} in" not in canada["in_place"][0]
-    assert "in_place" not in facts("White Nile", "The White Nile is a river in North and East "
-                                   "Africa.")
+    assert "in_place" not in facts_in("White Nile", "The White Nile is a river in North and East "
+                                      "Africa.")
 
 
 def test_symbols_nobel_years_makers_and_counts_in_their_other_forms():
-    def facts(name: str, text: str) -> dict[str, tuple[tuple[str, ...], str]]:
-        return {r: (t, a) for r, t, a in reading_facts(Article("1", name, text))}
-
-    iron = facts("Iron", "Iron is a chemical element; it has symbol Fe and atomic number 26.")
+    iron = facts_in("Iron", "Iron is a chemical element; it has symbol Fe and atomic number 26.")
     assert iron["symbol"][1] == "Fe" and "chemical symbol of {s}" in iron["symbol"][0]
-    assert facts("Albert Einstein", "Albert Einstein was a physicist. He received the 1921 "
-                 "Nobel Prize in Physics.")["nobel_year"][1] == "1921"
-    assert facts("Ernest Lawrence", "He received the Nobel Prize in Physics in 1939 for the "
-                 "cyclotron.")["nobel_year"][1] == "1939"
-    apple = facts("Apple Inc.", "Apple Inc. is a technology company. Founded in 1976 as the "
-                  "Apple Computer Company by Steve Jobs, Steve Wozniak and Ronald Wayne, it grew.")
+    assert facts_in("Albert Einstein", "Albert Einstein was a physicist. He received the 1921 "
+                    "Nobel Prize in Physics.")["nobel_year"][1] == "1921"
+    assert facts_in("Ernest Lawrence", "He received the Nobel Prize in Physics in 1939 for the "
+                    "cyclotron.")["nobel_year"][1] == "1939"
+    apple = facts_in("Apple Inc.", "Apple Inc. is a technology company. Founded in 1976 as "
+                     "the Apple Computer Company by Steve Jobs, Steve Wozniak and Ronald Wayne, "
+                     "it grew.")
     assert apple["founded"][1] == "Steve Jobs" and "who founded {s}" in apple["founded"][0]
-    assert facts("Burj Khalifa", "Designed by the SOM architectural firm, it is the tallest "
-                 "structure.")["designed"][1] == "SOM"
-    quran = facts("Quran", "It is organized in 114 chapters which consist of verses.")
+    assert facts_in("Burj Khalifa", "Designed by the SOM architectural firm, it is the tallest "
+                    "structure.")["designed"][1] == "SOM"
+    quran = facts_in("Quran", "It is organized in 114 chapters which consist of verses.")
     assert quran["count"][1] == "114" and "how many chapters does {s} have" in quran["count"][0]
-    cricket = facts("Cricket", "Cricket is played between two teams of eleven players.")
+    cricket = facts_in("Cricket", "Cricket is played between two teams of eleven players.")
     assert cricket["count"][1] == "eleven"
-    japan = facts("Japan", "Japan is divided into 47 administrative prefectures.")
+    japan = facts_in("Japan", "Japan is divided into 47 administrative prefectures.")
     assert {"how many administrative prefectures does {s} have",
             "how many prefectures does {s} have"} <= set(japan["count"][0])
-    assert "count" not in facts("Vienna", "The congress has 1815 delegates.")  # a year
+    assert "count" not in facts_in("Vienna", "The congress has 1815 delegates.")  # a year
     # not a unit dropped ("72 million members"), not a span of time, not a verb
-    assert "count" not in facts("Church", "The church has 72 million members.")
-    assert "count" not in facts("Alfred Hitchcock", "His career, spanning six decades, began.")
-    assert "count" not in facts("Atom", "Every atom contains 11 protons is a sodium atom.")
+    assert "count" not in facts_in("Church", "The church has 72 million members.")
+    assert "count" not in facts_in("Alfred Hitchcock", "His career, spanning six decades, began.")
+    assert "count" not in facts_in("Atom", "Every atom contains 11 protons is a sodium atom.")
     # a symbol only of an element, a Nobel year only of the article's subject, the maker
     # after a role and a nationality
-    assert "symbol" not in facts("Ford Motor Company", "Ford is a carmaker. It trades under "
-                                 "the ticker symbol F.")
-    assert "nobel_year" not in facts("The Grapes of Wrath", "The Grapes of Wrath is a novel "
-                                     "by John Steinbeck. Steinbeck won the 1962 Nobel Prize.")
-    assert "nobel_year" not in facts("Anna Akhmatova", "She was nominated for the Nobel Prize "
-                                     "in Literature in 1965.")
-    assert facts("Sagrada Família", "Designed by the Catalan architect Antoni Gaudí, it is "
-                 "a church.")["designed"][1] == "Antoni Gaudí"
-    assert "discovered" not in facts("Mendelian inheritance", "The laws were re-discovered "
-                                     "by Hugo de Vries.")
+    assert "symbol" not in facts_in("Ford Motor Company", "Ford is a carmaker. It trades under "
+                                    "the ticker symbol F.")
+    assert "nobel_year" not in facts_in("The Grapes of Wrath", "The Grapes of Wrath is a novel "
+                                        "by John Steinbeck. Steinbeck won the 1962 Nobel Prize.")
+    assert "nobel_year" not in facts_in("Anna Akhmatova", "She was nominated for the Nobel Prize "
+                                        "in Literature in 1965.")
+    assert facts_in("Sagrada Família", "Designed by the Catalan architect Antoni Gaudí, it is "
+                    "a church.")["designed"][1] == "Antoni Gaudí"
+    assert "discovered" not in facts_in("Mendelian inheritance", "The laws were re-discovered "
+                                        "by Hugo de Vries.")
