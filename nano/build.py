@@ -19,7 +19,7 @@ from nano.data import (
     write_benchmark,
 )
 from nano.options import option
-from nano.questions import GeneratedQuestion
+from nano.questions import TITLE_FAMILIES, GeneratedQuestion
 from nano.teacher import trajectories
 from nano.tokenizer import build_tokenizer
 from retriever.client import LocalRetriever
@@ -28,9 +28,8 @@ from retriever.corpus import load_records, resolve_corpus
 HUMAN_QUESTIONS = Path(__file__).with_name("vitalqa_human.jsonl")
 # Training copies (phrasings) per question family: the span and two-hop families are rarer
 # in the corpus and harder to learn, so they get more phrasings.
-COPIES = {"definition": 2, "description": 2, "span": 3, "twohop": 3, "read": 5}
+COPIES = {"definition": 2, "description": 2, "superlative": 3, "span": 3, "twohop": 3, "read": 5}
 ROOT = Path(__file__).resolve().parent.parent
-TITLE_FAMILIES = ("definition", "description")  # their answer is the article's title
 
 
 @dataclass(frozen=True)
@@ -138,8 +137,9 @@ def build_data(config: DataConfig, log=print) -> dict:
 
 def write_mix(source: Path, target: Path, title_share: float = 0.4, seed: int = 0) -> dict:
     """The training mix: every run whose answer is a span (span, two-hop, read), and title
-    runs (description first, then definition, the most common and easiest family) up to
-    `title_share` of the whole, shuffled. Returns the count per family."""
+    runs up to `title_share` of the whole: superlatives first (the rarest, and asked as people
+    ask), then description, then definition (the most common and easiest family); shuffled.
+    Returns the count per family."""
     import random
 
     by_family: dict[str, list[str]] = {}
@@ -151,10 +151,13 @@ def write_mix(source: Path, target: Path, title_share: float = 0.4, seed: int = 
     budget = int(title_share / (1 - title_share) * len(keep))
     counts = Counter({family: len(runs) for family, runs in by_family.items()
                       if family not in TITLE_FAMILIES})
+    superlatives = by_family.get("superlative", [])[:budget]
+    budget -= len(superlatives)
     descriptions = by_family.get("description", [])[:budget // 2]
     definitions = by_family.get("definition", [])[:budget - len(descriptions)]
-    counts.update(description=len(descriptions), definition=len(definitions))
-    keep += descriptions + definitions
+    counts.update(superlative=len(superlatives), description=len(descriptions),
+                  definition=len(definitions))
+    keep += superlatives + descriptions + definitions
     random.Random(seed).shuffle(keep)
     target.write_text("".join(keep), encoding="utf-8")
     return dict(counts)

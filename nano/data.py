@@ -31,6 +31,7 @@ from nano.questions import (
     reformulations_for,
     span_facts,
     stable_int,
+    superlative_questions,
 )
 
 BENCHMARK_NAME = "vitalqa"  # the evaluator knows it by this name (LOCAL_BENCHMARKS)
@@ -61,6 +62,12 @@ def questions_for(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
             out.append(GeneratedQuestion(
                 f"description-{article.id}-{copy}", phrase(text, _rng("pd" + key)),
                 _title_answers(article), "description", (article.title,),
+                reformulations=reformulations_for(text)))
+        if phrasings := superlative_questions(article):
+            text = phrasings[(stable_int("sup:" + article.id) + copy) % len(phrasings)]
+            out.append(GeneratedQuestion(
+                f"superlative-{article.id}-{copy}", phrase(text, _rng("pu" + key)),
+                _title_answers(article), "superlative", (article.title,),
                 reformulations=reformulations_for(text)))
         for n, (relation, text, answer) in enumerate(span_facts(article)):
             out.append(GeneratedQuestion(

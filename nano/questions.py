@@ -7,6 +7,7 @@ question alone (never from the answer), for when the first search misses.
 Families (the `family` field):
   definition   what the first sentence defines → the article's title
   description  a later sentence about the subject ("It was built …") → the title
+  superlative  what a superlative names ("highest mountain in africa") → the title
   span         a relation stated in the text (who wrote / directed / founded, when, where,
                capital, nationality) → a span of the text
   twohop       a span question whose subject is named by a description, so the first
@@ -20,6 +21,7 @@ import random
 import re
 from dataclasses import dataclass
 
+TITLE_FAMILIES = ("definition", "description", "superlative")  # the answer is the title
 HELD_OUT_PERCENT = 10  # articles whose questions are held out (by a hash of the title)
 
 _STOP = set("""a an the of in on at to for by with from and or as is was are were be been
@@ -141,6 +143,62 @@ def description_question(article: Article) -> str | None:
         wh = "who" if pronoun in ("He", "She") else "what"
         return f"{wh} {rest}"
     return None
+
+
+# "It is the second-largest city in Nigeria", "the Andes are the longest continental mountain
+# range in the world": what a superlative names, asked the way people search for it
+# ("highest mountain in africa"). The answer is the article's title.
+_SUPERLATIVE = (r"(?:(?:second|third|fourth|fifth|sixth)[- ](?:most |least )?)?(?:largest|"
+                r"longest|highest|tallest|deepest|oldest|biggest|smallest|busiest|first|last|"
+                r"fastest|heaviest|hottest|coldest|driest|wettest|richest|most populous|"
+                r"most visited|most spoken|most widely used|least populous)")
+_SUP_SUBJECT = (r"^(?:[^,]{0,80}, )?(?:[Ii]t|He|She|They|(?:[Tt]he )?{name}) "
+                r"(is|was|are|were|remains) ")
+_SUP_END = r"(?=[,;)]|$| and | after | by | with | as | behind | since | before )"
+_SUP_RE = (  # "the largest city in Nigeria", then "the world's largest lake"
+    re.compile(_SUP_SUBJECT + r"the (" + _SUPERLATIVE + r") ((?:[a-z-]+ ){0,2}?[a-z-]+) (in|of|on) "
+               r"((?:the )?(?:world|[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of)){0,3}))" + _SUP_END),
+    re.compile(_SUP_SUBJECT + r"the ((?:world|[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,2}))['’]s ("
+               + _SUPERLATIVE + r") ((?:[a-z-]+ ){0,2}?[a-z-]+)" + _SUP_END))
+_SUP_TEMPLATES = ("{S} {N} {p} {P}", "what {V} the {S} {N} {p} {P}",
+                  "which {N} {V} the {S} {p} {P}", "the {S} {N} {p} {P}", "{Ps} {S} {N}",
+                  "name the {S} {N} {p} {P}")
+_PERSON_NOUNS = set("""king queen emperor empress ruler monarch president pharaoh sultan leader
+person man woman son daughter wife husband minister chancellor pope caliph khan tsar general
+explorer author writer artist""".split())
+
+
+def superlative_questions(article: Article) -> tuple[str, ...]:
+    """Phrasings of the first superlative an article states about its own subject, in its
+    first eight sentences: "it is the largest country in Africa" → "largest country in
+    africa", "what is the largest country in Africa", "Africa's largest country" … Empty when
+    none (or when the place named is the subject itself)."""
+    patterns = [re.compile(p.pattern.replace("{name}", re.escape(article.name)))
+                for p in _SUP_RE]
+    for sentence in sentences(article.text)[:8]:
+        if m := patterns[0].match(sentence):
+            verb, superlative, noun, prep, place = m.groups()
+        elif m := patterns[1].match(sentence):
+            verb, place, superlative, noun = m.groups()
+            prep = "in"
+        else:
+            continue
+        place = _name_span(place)
+        bare = re.sub(r"^the ", "", place)
+        if set(noun.split()) & _STOP:  # "the first to write history in Latin"
+            continue
+        if bare == "world":
+            place = "the world"
+        if place.endswith(" of") or _within(bare, article.name) or _within(article.name, bare):
+            return ()
+        verb = {"are": "is", "were": "was", "remains": "is"}.get(verb, verb)
+        spelled = {"S": superlative.replace("-", " "), "N": noun, "p": prep, "V": verb,
+                   "P": place, "Ps": place + ("'" if place.endswith("s") else "'s")}
+        out = [t.format(**spelled) for t in _SUP_TEMPLATES]
+        if noun.split()[-1] in _PERSON_NOUNS:
+            out = [q.replace("what ", "who ", 1) for q in out]
+        return tuple(out)
+    return ()
 
 
 def _leaks(text: str, name: str) -> bool:
@@ -418,6 +476,17 @@ _IN_COUNTRY_TEMPLATES = ("what country is {s} in", "{s} is in which country",
                          "in which country is {s}")
 _REGION_WORDS = {"North", "South", "East", "West", "Central", "Baltic", "Northern", "Southern",
                  "Eastern", "Western"}
+# "It was coined by Sir Thomas More", "He was assassinated by …": any verb in the passive,
+# in a sentence whose subject is the article's: the verbs people ask "who …" about.
+_PASSIVE_VERBS = ("produced|edited|commissioned|owned|governed|conquered|launched|introduced|"
+                  "proposed|executed|knighted|predicted|published|devised|coined|killed|"
+                  "assassinated|ruled|captured|defeated|sired|discovered|named|formulated|"
+                  "patented|financed|funded|operated|manufactured|translated|illustrated|"
+                  "narrated|murdered|crowned|baptized|excommunicated|invaded|annexed")
+_PASSIVE_BY = re.compile(r"^(?:It|He|She|They|{name}) (?:was|were|is|are|had been|has been) "
+                         r"(?:(?:first|later|originally|also|officially|jointly) )?("
+                         + _PASSIVE_VERBS + r") by "
+                         r"(?:the )?(?:" + _MAKER + r")?" + _NAME)
 _STARRING = re.compile(r"\bstarring (?:the )?" + _NAME)
 _STARRING_TEMPLATES = ("who starred in {s}", "{s} star", "who played the lead in {s}",
                        "{s} lead actor", "who was the star of {s}")
@@ -439,6 +508,16 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
                                                        for t in _READ_BY_DEFAULT)
         facts.append((verb, templates, answer))
+    passive = re.compile(_PASSIVE_BY.pattern.replace("{name}", re.escape(article.name)))
+    for sentence in sentences(text)[:8]:
+        if ((m := passive.match(sentence))
+                and (answer := _without_nationality(_name_span(m.group(2))))
+                and not set(answer.replace("-", " ").split()) <= set(_NATIONALITIES)
+                and all(answer != fact[2] and fact[0] != m.group(1) for fact in facts)):
+            verb = m.group(1)
+            facts.append((verb, _READ_TEMPLATES.get(verb) or tuple(
+                t.replace("{v}", verb) for t in _READ_BY_DEFAULT), answer))
+            break
     first = sentences(text)[:1]
     if first and (m := _WORK_BY.search(first[0])) and (answer := _without_nationality(
             _name_span(m.group(2)))):

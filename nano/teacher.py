@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from agent import protocol
 from agent.backends.base import Sampling, TokenizerText, TurnOutput
 from agent.loop import AgentSettings, run_agent_batch
-from nano.questions import GeneratedQuestion
+from nano.questions import TITLE_FAMILIES, GeneratedQuestion
 
 SEARCH_FIRST = "<think> I need to search for this. </think>\n<search> {q} </search>"
 ANSWER = "<think> The answer is in Doc {i}. </think>\n<answer> {a} </answer>"
@@ -46,7 +46,7 @@ def documents_in(observation: str) -> list[tuple[int, str, str]]:
 def find_answer(question: GeneratedQuestion, observation: str) -> int | None:
     """The document (1-based) in which the model can read the answer, else None."""
     for index, title, text in documents_in(observation):
-        if question.family in ("definition", "description"):
+        if question.family in TITLE_FAMILIES:
             if title == question.articles[0]:
                 return index
         elif title == question.articles[0] and _norm(question.answers[0]) in _norm(text):
