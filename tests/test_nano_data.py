@@ -152,6 +152,18 @@ def test_trajectories_go_through_the_real_loop(questions, tokenizer, retriever):
 
 
 @pytest.mark.slow
+def test_a_superlative_run_answers_the_title_it_retrieved(tokenizer, retriever):
+    question = GeneratedQuestion("superlative-test-0", "fourth largest island in the world",
+                                 ("Madagascar",), "superlative", ("Madagascar",))
+    [run] = list(trajectories([question], tokenizer, retriever))
+    actions = [protocol.parse_action(t) for t, mine in run["segments"] if mine]
+    assert [(a.kind, a.content) for a in actions] == [
+        ("search", "fourth largest island in the world"), ("answer", "Madagascar")]
+    observation = next(t for t, mine in run["segments"][1:] if not mine)
+    assert "Madagascar" in [title for _, title, _ in documents_in(observation)]
+
+
+@pytest.mark.slow
 def test_teacher_searches_again_when_the_documents_miss(tokenizer, retriever):
     """A first search that finds nothing useful leads to a reformulated second search."""
     question = GeneratedQuestion("span-test-0", "what nationality was zqxv wmbr", ("American",),

@@ -245,3 +245,56 @@ def test_symbols_nobel_years_makers_and_counts_in_their_other_forms():
                     "a church.")["designed"][1] == "Antoni Gaudí"
     assert "discovered" not in facts_in("Mendelian inheritance", "The laws were re-discovered "
                                         "by Hugo de Vries.")
+
+
+def test_superlatives_are_asked_as_people_search_and_answered_with_the_title():
+    from nano.questions import superlative_questions
+
+    kano = Article("9", "Kano (city)", "Kano is a city in northern Nigeria. It is the "
+                   "second-largest city in Nigeria after Lagos.")
+    asked = superlative_questions(kano)
+    assert asked[0] == "second largest city in Nigeria"
+    assert {"what is the second largest city in Nigeria", "Nigeria's second largest city",
+            "which city is the second largest in Nigeria"} <= set(asked)
+    toyota = superlative_questions(Article("10", "Toyota", "Toyota is a carmaker. Toyota is "
+                                           "the world's largest automobile manufacturer."))
+    assert toyota[0] == "largest automobile manufacturer in the world"
+    puyi = superlative_questions(Article("11", "Puyi", "Puyi was the last emperor of China."))
+    assert puyi[1] == "who was the last emperor of China"  # a person noun asks "who"
+    # Not about the subject, not one of many, not a noun ("the first to write"), not the
+    # article's own name as the place: no question.
+    for text in ("Lagos is the largest city in Nigeria.",
+                 "It is one of the largest cities in Nigeria.",
+                 "He was the first to write history in Latin.",
+                 "Kano is the largest city of Kano State."):
+        assert superlative_questions(Article("12", "Kano", text)) == (), text
+
+
+def test_superlative_runs_are_title_answers_and_come_first_in_the_title_share(tmp_path: Path):
+    from nano.data import questions_for
+
+    nigeria = Article("13", "Nigeria", "Nigeria is a country in West Africa. It is the most "
+                      "populous country in Africa.")
+    superlatives = [q for q in questions_for(nigeria, 3) if q.family == "superlative"]
+    assert len(superlatives) == 3 and len({q.question.lower().rstrip("?")
+                                           for q in superlatives}) == 3
+    assert all(q.answers[0] == "Nigeria" for q in superlatives)
+    runs = ([{"family": "definition"}] * 50 + [{"family": "description"}] * 50
+            + [{"family": "superlative"}] * 5 + [{"family": "read"}] * 30)
+    source = tmp_path / "train.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in runs), encoding="utf-8")
+    counts = write_mix(source, tmp_path / "mix.jsonl", title_share=0.25)
+    assert counts["superlative"] == 5 and counts["read"] == 30
+    assert counts["superlative"] + counts["description"] + counts["definition"] == 10
+
+
+def test_who_questions_on_a_passive_verb_about_the_subject():
+    doyle = facts_in("Arthur Conan Doyle", "Arthur Conan Doyle was a writer. He was knighted "
+                     "by King Edward VII in 1902.")
+    assert doyle["knighted"][1] == "King Edward VII"
+    assert "who knighted {s}" in doyle["knighted"][0]
+    # a nationality is no answer, and a passive about something else is not the subject's
+    assert "introduced" not in facts_in("Lagrangian mechanics", "It was introduced by the "
+                                        "Italian-French mathematician in 1788.")
+    assert "produced" not in facts_in("Thriller", "Thriller is an album. The video was "
+                                      "produced by John Landis.")
