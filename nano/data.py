@@ -51,6 +51,7 @@ def _title_answers(article: Article) -> tuple[str, ...]:
 def questions_for(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
     """All questions about one article, `copies` phrasings of each."""
     out: list[GeneratedQuestion] = []
+    phrasings = superlative_questions(article)
     for copy in range(copies):
         key = f"{article.id}:{copy}"
         if text := definition_question(article, _rng("def" + key)):
@@ -63,7 +64,7 @@ def questions_for(article: Article, copies: int = 1) -> list[GeneratedQuestion]:
                 f"description-{article.id}-{copy}", phrase(text, _rng("pd" + key)),
                 _title_answers(article), "description", (article.title,),
                 reformulations=reformulations_for(text)))
-        if phrasings := superlative_questions(article):
+        if phrasings:
             text = phrasings[(stable_int("sup:" + article.id) + copy) % len(phrasings)]
             out.append(GeneratedQuestion(
                 f"superlative-{article.id}-{copy}", phrase(text, _rng("pu" + key)),

@@ -23,7 +23,7 @@ from pathlib import Path
 from nano.options import check_bounds, option
 from nano.rollout import RolloutOptions
 
-FAMILIES = ("definition", "description", "span", "twohop", "read")
+FAMILIES = ("definition", "description", "superlative", "span", "twohop", "read")
 
 
 @dataclass(frozen=True)

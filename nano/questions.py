@@ -152,12 +152,16 @@ _SUPERLATIVE = (r"(?:(?:second|third|fourth|fifth|sixth)[- ](?:most |least )?)?(
                 r"longest|highest|tallest|deepest|oldest|biggest|smallest|busiest|first|last|"
                 r"fastest|heaviest|hottest|coldest|driest|wettest|richest|most populous|"
                 r"most visited|most spoken|most widely used|least populous)")
-_SUP_SUBJECT = (r"^(?:[^,]{0,80}, )?(?:[Ii]t|He|She|They|(?:[Tt]he )?{name}) "
+# The article's own name is marked in a sentence by SUBJECT before matching, so that each
+# pattern is compiled once, not once per article.
+SUBJECT = "\x00"
+_SUP_SUBJECT = (r"^(?:[^,]{0,80}, )?(?:[Ii]t|[Hh]e|[Ss]he|[Tt]hey|(?:[Tt]he )?\x00) "
                 r"(is|was|are|were|remains) ")
 _SUP_END = r"(?=[,;)]|$| and | after | by | with | as | behind | since | before )"
 _SUP_RE = (  # "the largest city in Nigeria", then "the world's largest lake"
     re.compile(_SUP_SUBJECT + r"the (" + _SUPERLATIVE + r") ((?:[a-z-]+ ){0,2}?[a-z-]+) (in|of|on) "
                r"((?:the )?(?:world|[A-Z][\w'’-]*(?: (?:[A-Z][\w'’-]*|of)){0,3}))" + _SUP_END),
+    # "the" before the owner: "Shakespeare's longest play" is not "longest play in Shakespeare"
     re.compile(_SUP_SUBJECT + r"the ((?:world|[A-Z][\w'’-]*(?: [A-Z][\w'’-]*){0,2}))['’]s ("
                + _SUPERLATIVE + r") ((?:[a-z-]+ ){0,2}?[a-z-]+)" + _SUP_END))
 _SUP_TEMPLATES = ("{S} {N} {p} {P}", "what {V} the {S} {N} {p} {P}",
@@ -165,40 +169,50 @@ _SUP_TEMPLATES = ("{S} {N} {p} {P}", "what {V} the {S} {N} {p} {P}",
                   "name the {S} {N} {p} {P}")
 _PERSON_NOUNS = set("""king queen emperor empress ruler monarch president pharaoh sultan leader
 person man woman son daughter wife husband minister chancellor pope caliph khan tsar general
-explorer author writer artist""".split())
+explorer author writer artist member""".split())
+_KIN_TERMS = {"cousin", "lady"}
 
 
 def superlative_questions(article: Article) -> tuple[str, ...]:
     """Phrasings of the first superlative an article states about its own subject, in its
     first eight sentences: "it is the largest country in Africa" → "largest country in
     africa", "what is the largest country in Africa", "Africa's largest country" … Empty when
-    none (or when the place named is the subject itself)."""
-    patterns = [re.compile(p.pattern.replace("{name}", re.escape(article.name)))
-                for p in _SUP_RE]
+    none names a place other than the subject itself."""
     for sentence in sentences(article.text)[:8]:
-        if m := patterns[0].match(sentence):
+        marked = _mark_subject(sentence, article.name)
+        if m := _SUP_RE[0].match(marked):
             verb, superlative, noun, prep, place = m.groups()
-        elif m := patterns[1].match(sentence):
+        elif m := _SUP_RE[1].match(marked):
             verb, place, superlative, noun = m.groups()
             prep = "in"
         else:
             continue
         place = _name_span(place)
         bare = re.sub(r"^the ", "", place)
-        if set(noun.split()) & _STOP:  # "the first to write history in Latin"
+        if (set(noun.split()) & _STOP  # "the first to write history in Latin"
+                or noun.split()[0] in _KIN_TERMS  # "the first cousin of the Buddha"
+                or _within(bare, article.name) or _within(article.name, bare)):
             continue
-        if bare == "world":
-            place = "the world"
-        if place.endswith(" of") or _within(bare, article.name) or _within(article.name, bare):
-            return ()
         verb = {"are": "is", "were": "was", "remains": "is"}.get(verb, verb)
         spelled = {"S": superlative.replace("-", " "), "N": noun, "p": prep, "V": verb,
-                   "P": place, "Ps": place + ("'" if place.endswith("s") else "'s")}
-        out = [t.format(**spelled) for t in _SUP_TEMPLATES]
+                   "P": "the world" if bare == "world" else place}
+        spelled["Ps"] = spelled["P"] + ("'" if spelled["P"].endswith("s") else "'s")
+        out = [t.format(**spelled) for t in _SUP_TEMPLATES
+               if prep != "of" or not t.startswith("which")]  # "which moon is the largest of"
         if noun.split()[-1] in _PERSON_NOUNS:
             out = [q.replace("what ", "who ", 1) for q in out]
         return tuple(out)
     return ()
+
+
+def _mark_subject(sentence: str, name: str) -> str:
+    """The sentence with the article's name replaced by SUBJECT wherever it is whole words."""
+    parts = sentence.split(name)
+    out = parts[0]
+    for part in parts[1:]:
+        whole = not out[-1:].isalnum() and not part[:1].isalnum()
+        out += (SUBJECT if whole else name) + part
+    return out
 
 
 def _leaks(text: str, name: str) -> bool:
@@ -476,17 +490,21 @@ _IN_COUNTRY_TEMPLATES = ("what country is {s} in", "{s} is in which country",
                          "in which country is {s}")
 _REGION_WORDS = {"North", "South", "East", "West", "Central", "Baltic", "Northern", "Southern",
                  "Eastern", "Western"}
-# "It was coined by Sir Thomas More", "He was assassinated by …": any verb in the passive,
-# in a sentence whose subject is the article's: the verbs people ask "who …" about.
+# "It was coined by Sir Thomas More", "He was assassinated by …": one of these verbs in the
+# passive, in a sentence whose subject is the article's: the verbs people ask "who …" about.
+# The name must end where the clause does ("owned by the New York City Department of Parks
+# and Recreation" is no answer cut at five words).
 _PASSIVE_VERBS = ("produced|edited|commissioned|owned|governed|conquered|launched|introduced|"
                   "proposed|executed|knighted|predicted|published|devised|coined|killed|"
                   "assassinated|ruled|captured|defeated|sired|discovered|named|formulated|"
                   "patented|financed|funded|operated|manufactured|translated|illustrated|"
                   "narrated|murdered|crowned|baptized|excommunicated|invaded|annexed")
-_PASSIVE_BY = re.compile(r"^(?:It|He|She|They|{name}) (?:was|were|is|are|had been|has been) "
+_PASSIVE_BY = re.compile(r"^(?:It|He|She|They|\x00) (?:was|were|is|are|had been|has been) "
                          r"(?:(?:first|later|originally|also|officially|jointly) )?("
                          + _PASSIVE_VERBS + r") by "
-                         r"(?:the )?(?:" + _MAKER + r")?" + _NAME)
+                         r"(?:the )?(?:" + _MAKER + r")?" + _NAME
+                         + r"(?=[,;(]|$| and | with | as | under | to | in | on | at | for | from "
+                         r"| during | after | before )")
 _STARRING = re.compile(r"\bstarring (?:the )?" + _NAME)
 _STARRING_TEMPLATES = ("who starred in {s}", "{s} star", "who played the lead in {s}",
                        "{s} lead actor", "who was the star of {s}")
@@ -508,15 +526,14 @@ def reading_facts(article: Article) -> list[tuple[str, tuple[str, ...], str]]:
         templates = _READ_TEMPLATES.get(verb) or tuple(t.replace("{v}", verb)
                                                        for t in _READ_BY_DEFAULT)
         facts.append((verb, templates, answer))
-    passive = re.compile(_PASSIVE_BY.pattern.replace("{name}", re.escape(article.name)))
     for sentence in sentences(text)[:8]:
-        if ((m := passive.match(sentence))
+        if ((m := _PASSIVE_BY.match(_mark_subject(sentence, article.name)))
                 and (answer := _without_nationality(_name_span(m.group(2))))
                 and not set(answer.replace("-", " ").split()) <= set(_NATIONALITIES)
                 and all(answer != fact[2] and fact[0] != m.group(1) for fact in facts)):
-            verb = m.group(1)
-            facts.append((verb, _READ_TEMPLATES.get(verb) or tuple(
-                t.replace("{v}", verb) for t in _READ_BY_DEFAULT), answer))
+            verb = m.group(1)  # "named by" is not `named` (after)
+            facts.append((verb, tuple(t.replace("{v}", verb) for t in _READ_BY_DEFAULT),
+                          answer))
             break
     first = sentences(text)[:1]
     if first and (m := _WORK_BY.search(first[0])) and (answer := _without_nationality(

@@ -266,8 +266,16 @@ def test_superlatives_are_asked_as_people_search_and_answered_with_the_title():
     for text in ("Lagos is the largest city in Nigeria.",
                  "It is one of the largest cities in Nigeria.",
                  "He was the first to write history in Latin.",
-                 "Kano is the largest city of Kano State."):
+                 "Kano is the largest city of Kano State.",
+                 "He was the first cousin of the Buddha.",
+                 "It is Shakespeare's longest play."):
         assert superlative_questions(Article("12", "Kano", text)) == (), text
+    # The first superlative about another place; "which … of" is not asked.
+    later = superlative_questions(Article("12", "Kano", "Kano is the largest city of Kano "
+                                          "State. In 2020, it was the second-largest city of "
+                                          "Nigeria."))
+    assert later[0] == "second largest city of Nigeria"
+    assert not any(q.startswith("which") for q in later)
 
 
 def test_superlative_runs_are_title_answers_and_come_first_in_the_title_share(tmp_path: Path):
@@ -298,3 +306,10 @@ def test_who_questions_on_a_passive_verb_about_the_subject():
                                         "Italian-French mathematician in 1788.")
     assert "produced" not in facts_in("Thriller", "Thriller is an album. The video was "
                                       "produced by John Landis.")
+    # "named by" asks who named it, not what it is named after
+    named = facts_in("Tropaeolum", "It was named by Carl Linnaeus in 1753.")
+    assert named["named"] == (("who named {s}", "{s} was named by whom", "who was {s} named by",
+                               "{s} named by"), "Carl Linnaeus")
+    # a name longer than five words is not cut to its first five
+    assert "owned" not in facts_in("Central Park", "It is owned by the New York City Department "
+                                   "of Parks and Recreation.")
