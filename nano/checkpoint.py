@@ -107,7 +107,7 @@ def load_state(directory: Path) -> dict[str, Any]:
                               "it; choose another --out, or move that directory away to "
                               "start afresh.")
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=True, map_location="cpu")
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"{path} holds objects other than tensors and plain values; it was refused "

@@ -87,6 +87,8 @@ class TrainConfig:
                                          "before training (nano/wire.py); not with --init")
     seed: int = option(0, "seeds the weights, the batch order and the drills")
     threads: int = option(2, "torch threads")
+    # A lent GPU trains the same model many times faster; the weights it saves run on CPU.
+    device: str = option("cpu", "where to train: cpu, cuda or cuda:N")
     save_every: int = option(100, "steps between checkpoints")
     log_every: int = option(25, "steps between log lines")
 
@@ -117,6 +119,8 @@ class TrainConfig:
             raise ValueError(f"--wire-induction writes a circuit into fresh weights, and --init "
                              f"{self.init} gives trained ones that would be used as they are: "
                              "pass one of the two.")
+        if not re.fullmatch(r"cpu|cuda(?::\d+)?", self.device):
+            raise ValueError(f"--device is {self.device!r}; pass cpu, cuda or cuda:N.")
         if (self.grow_layers or self.grow_intermediate) and self.init is None:
             raise ValueError("--grow-layers and --grow-intermediate grow a trained model: pass "
                              "it with --init (a fresh one takes --layers and --intermediate).")
@@ -350,6 +354,7 @@ def batch_loss(model, examples, indices, doc_weight: float, content_weight: floa
         kinds[row, :len(kind)] = torch.tensor(kind)
     # Right padding with the causal mask: pads only ever see real tokens before them and
     # carry no loss, so no attention mask is needed (and the fast causal kernel is used).
+    ids, kinds = ids.to(model.device), kinds.to(model.device)
     hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
     target, kind = ids[:, 1:], kinds[:, 1:]
     weights = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
@@ -399,6 +404,9 @@ def train(config: TrainConfig, log=print) -> dict:
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     check_paths(config)
+    if config.device != "cpu" and not torch.cuda.is_available():
+        raise ValueError(f"--device {config.device}: torch sees no CUDA GPU on this machine; "
+                         "train with --device cpu (the default).")
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(str(config.tokenizer))
@@ -434,7 +442,7 @@ def train(config: TrainConfig, log=print) -> dict:
             wire_induction(model, seed=config.seed)
             log("wrote the induction circuit into the fresh weights (nano/wire.py)")
         state = None
-    model.train()
+    model.to(config.device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.98),
                                   weight_decay=config.weight_decay)
     if state is not None:
@@ -492,7 +500,7 @@ def train(config: TrainConfig, log=print) -> dict:
             _save_checkpoint(model, optimizer, step, history, config, elapsed_before + elapsed)
     bar.close()
     total = elapsed_before + time.perf_counter() - start
-    model.eval()
+    model.to("cpu").eval()  # the saved weights are the CPU model's
     save_model(model, tokenizer, config.out)
     summary = {"steps": step, "seconds": round(total, 1), "parameters": params,
                "sequences": len(examples), "first_own_loss": history[0][1] if history else None,

@@ -322,3 +322,19 @@ def test_resume_refuses_a_state_file_that_would_run_code(micro_data, tmp_path, c
     assert main(argv) == 2
     assert "loading it would run code" in capsys.readouterr().err
     assert not marker.exists()
+
+
+def test_device_flag_is_checked_before_any_work(micro_data, tmp_path):
+    """`--device` takes cpu, cuda or cuda:N; a GPU the machine lacks is refused with the
+    fix, and nothing is written. (On CPU the default trains as every test here does.)"""
+    import torch
+
+    base = dict(data=micro_data / "train.jsonl", tokenizer=micro_data / "tokenizer",
+                out=tmp_path / "gpu-run", **MICRO)
+    with pytest.raises(ValueError, match="pass cpu, cuda or cuda:N"):
+        TrainConfig(**base, device="gpu")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
+    with pytest.raises(ValueError, match="torch sees no CUDA GPU.*--device cpu"):
+        train(TrainConfig(**base, device="cuda"))
+    assert not (tmp_path / "gpu-run").exists()
