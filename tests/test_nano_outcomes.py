@@ -59,9 +59,10 @@ def test_taught_means_the_generator_asks_that_answer_about_the_support_article()
 
 
 def test_the_generator_asks_for_40_of_naturalqa_devs_78_answers():
-    """Measured on the embedded corpus (2026-12-05, the twelfth attempt's patterns; 27 before
-    them): on how many dev questions the training data, had it kept their articles, would
-    ask for a golden answer about the article (the same span, not always the same relation)."""
+    """Measured on the embedded corpus (2026-12-05, the twelfth attempt's patterns, unchanged
+    by the thirteenth's; 27 before them): on how many dev questions the training data, had
+    it kept their articles, would ask for a golden answer about the article (the same span,
+    not always the same relation)."""
     from evaluator.benchmarks import question_from_record, read_data_file
     from nano.questions import articles_from_records
     from retriever.corpus import load_records, resolve_corpus
