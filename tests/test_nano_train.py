@@ -337,4 +337,10 @@ def test_device_flag_is_checked_before_any_work(micro_data, tmp_path):
         pytest.skip("this machine has a CUDA GPU; the refusal is for machines without one")
     with pytest.raises(ValueError, match="torch sees no CUDA GPU.*--device cpu"):
         train(TrainConfig(**base, device="cuda"))
+    # as a user types it: exit 2, the fix on stderr, nothing written
+    typed = subprocess.run([sys.executable, "-m", "nano", "train", "--data",
+                            str(micro_data / "train.jsonl"), "--tokenizer",
+                            str(micro_data / "tokenizer"), "--out", str(tmp_path / "gpu-run"),
+                            "--device", "cuda"], cwd=ROOT, capture_output=True, text=True)
+    assert typed.returncode == 2 and "--device cpu" in typed.stderr, typed.stderr[-2000:]
     assert not (tmp_path / "gpu-run").exists()
