@@ -50,6 +50,8 @@ class DataConfig:
     read_copies: int = option(COPIES["read"], "phrasings of each stated relation in the read "
                                                "family (its cloze sentences stay at one)")
     limit: int | None = option(None, "at most this many training questions")
+    quote_evidence: bool = option(False, "the think before a span answer quotes the words "
+                                         "that lead to it in the document")
     trajectories: bool = option(True, "write the training trajectories (--no-trajectories: "
                                       "only the tokenizer and the benchmark file)")
 
@@ -120,7 +122,7 @@ def build_data(config: DataConfig, log=print) -> dict:
     with tmp.open("w", encoding="utf-8") as out, tqdm(total=len(selected),
                                                        desc="trajectories") as bar:
         for record in trajectories(selected, tokenizer, retriever, AgentSettings(),
-                                   progress=bar):
+                                   progress=bar, quote=config.quote_evidence):
             families[record["family"]] += 1
             searches[record["searches"]] += 1
             out.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -21,6 +21,12 @@ from nano.questions import TITLE_FAMILIES, GeneratedQuestion
 
 SEARCH_FIRST = "<think> I need to search for this. </think>\n<search> {q} </search>"
 ANSWER = "<think> The answer is in Doc {i}. </think>\n<answer> {a} </answer>"
+# With quote=True a span answer is first read out in the think: the words before it in the
+# document, then the answer. The first of those words is usually one the question shares
+# with the document ("painted by"), so the model points at a word it can match, and the
+# hand-set copy head carries on from there; the answer then copies from the think.
+ANSWER_QUOTED = "<think> Doc {i} says: {evidence} </think>\n<answer> {a} </answer>"
+EVIDENCE_WORDS = 4  # words quoted before the answer, within its sentence
 SEARCH_AGAIN = ("<think> The documents do not answer it. I will search again. </think>\n"
                 "<search> {q} </search>")
 SEARCH_BRIDGE = "<think> Doc {i} is about {b}. </think>\n<search> {q} </search>"
@@ -54,6 +60,16 @@ def find_answer(question: GeneratedQuestion, observation: str) -> int | None:
     return None
 
 
+def evidence_for(answer: str, text: str, words: int = EVIDENCE_WORDS) -> str | None:
+    """Up to `words` words that lead up to `answer` in `text` within its sentence, then the
+    answer as it stands there; None when the text does not hold it exactly (case included)."""
+    match = re.search(r"(?<!\w)" + re.escape(answer) + r"(?!\w)", text)
+    if match is None:
+        return None
+    before = re.split(r"[.;!?]\s", text[:match.start()])[-1].split()
+    return " ".join(before[-words:] + [answer])
+
+
 def find_title(title: str, observation: str) -> int | None:
     return next((i for i, t, _ in documents_in(observation) if t == title), None)
 
@@ -76,8 +92,9 @@ class TeacherBackend(TokenizerText):
     name = "teacher"
 
     def __init__(self, tokenizer, questions: Sequence[GeneratedQuestion], retriever,
-                 settings: AgentSettings):
+                 settings: AgentSettings, quote: bool = False):
         self.tokenizer = tokenizer
+        self.quote = quote
         self.retriever = retriever
         self.settings = settings
         self.plans = {self.build_prompt(q.question): _Plan(q) for q in questions}
@@ -95,6 +112,14 @@ class TeacherBackend(TokenizerText):
                 return query
         return None
 
+    def _answer(self, question: GeneratedQuestion, observation: str, index: int) -> str:
+        answer = question.answers[0]
+        if self.quote and question.family not in TITLE_FAMILIES:
+            text = next(t for i, _, t in documents_in(observation) if i == index)
+            if (evidence := evidence_for(answer, text)) is not None:
+                return ANSWER_QUOTED.format(i=index, evidence=evidence, a=answer)
+        return ANSWER.format(i=index, a=answer)
+
     def turn(self, context: Sequence[str]) -> str:
         plan = self.plans[context[0]]
         q = plan.question
@@ -103,7 +128,7 @@ class TeacherBackend(TokenizerText):
             return SEARCH_FIRST.format(q=as_query(q.question))
         observation = context[-1]
         if (index := find_answer(q, observation)) is not None:
-            return ANSWER.format(i=index, a=q.answers[0])
+            return self._answer(q, observation, index)
         if q.family == "twohop" and not plan.bridged:
             plan.bridged = True
             if (index := find_title(q.bridge, observation)) is not None:
@@ -135,13 +160,14 @@ class TeacherBackend(TokenizerText):
 
 def trajectories(questions: Sequence[GeneratedQuestion], tokenizer, retriever,
                  settings: AgentSettings | None = None, batch_size: int = 256,
-                 progress=None) -> Iterator[dict]:
-    """Run the teacher through the real loop; yield each solved run as a training record."""
+                 progress=None, quote: bool = False) -> Iterator[dict]:
+    """Run the teacher through the real loop; yield each solved run as a training record
+    (`quote`: span answers are read out in the think first, see ANSWER_QUOTED)."""
     settings = settings or AgentSettings()
     unique = list({q.question: q for q in questions}.values())
     for start in range(0, len(unique), batch_size):
         batch = unique[start:start + batch_size]
-        teacher = TeacherBackend(tokenizer, batch, retriever, settings)
+        teacher = TeacherBackend(tokenizer, batch, retriever, settings, quote)
         for index, finished in run_agent_batch([q.question for q in batch], teacher, retriever,
                                                settings):
             q = batch[index]

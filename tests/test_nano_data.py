@@ -4,6 +4,7 @@ trajectories that go through the real agent loop and the real retriever."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from nano.data import (
     shipped_benchmark,
 )
 from nano.questions import GeneratedQuestion, articles_from_records, held_out
-from nano.teacher import TeacherBackend, documents_in, trajectories
+from nano.teacher import TeacherBackend, documents_in, evidence_for, trajectories
 from retriever.client import LocalRetriever
 from retriever.corpus import load_records
 
@@ -161,6 +162,34 @@ def test_a_superlative_run_answers_the_title_it_retrieved(tokenizer, retriever):
         ("search", "fourth largest island in the world"), ("answer", "Madagascar")]
     observation = next(t for t, mine in run["segments"][1:] if not mine)
     assert "Madagascar" in [title for _, title, _ in documents_in(observation)]
+
+
+def test_evidence_is_the_words_that_lead_to_the_answer_in_its_sentence():
+    text = "It is a portrait. It was painted by Leonardo da Vinci in 1503; it hangs in Paris."
+    assert evidence_for("Leonardo da Vinci", text) == "It was painted by Leonardo da Vinci"
+    assert evidence_for("Leonardo da Vinci", text, words=1) == "by Leonardo da Vinci"
+    assert evidence_for("Paris", text) == "it hangs in Paris"  # not across the ";"
+    assert evidence_for("It", text) == "It"  # the sentence starts with it
+    assert evidence_for("leonardo da vinci", text) is None  # not as it stands there
+    assert evidence_for("Vinci in 15", text) is None  # not a whole-word span
+
+
+@pytest.mark.slow
+def test_quoted_runs_read_the_answer_out_of_the_document_first(tokenizer, retriever):
+    question = GeneratedQuestion("span-test-2", "what nationality was Stanley Kubrick",
+                                 ("American",), "span", ("Stanley Kubrick",), "nationality")
+    plain, quoted = (list(trajectories([question], tokenizer, retriever, quote=q))[0]
+                     for q in (False, True))
+    assert [t for t, mine in plain["segments"] if not mine] == \
+        [t for t, mine in quoted["segments"] if not mine]  # the same documents either way
+    last = [t for t, mine in quoted["segments"] if mine][-1]
+    think = re.fullmatch(r"<think> Doc (\d) says: (.+) </think>\n<answer> American </answer>",
+                         last)
+    assert think is not None, last
+    observation = [t for t, mine in quoted["segments"] if not mine][-1]
+    text = next(t for i, _, t in documents_in(observation) if i == int(think[1]))
+    assert think[2].endswith("American") and think[2] in text
+    assert "The answer is in Doc" in [t for t, mine in plain["segments"] if mine][-1]
 
 
 @pytest.mark.slow
