@@ -20,7 +20,7 @@ from nano.data import (
     read_human,
     shipped_benchmark,
 )
-from nano.questions import GeneratedQuestion, articles_from_records, held_out
+from nano.questions import TITLE_FAMILIES, GeneratedQuestion, articles_from_records, held_out
 from nano.teacher import TeacherBackend, documents_in, evidence_for, trajectories
 from retriever.client import LocalRetriever
 from retriever.corpus import load_records
@@ -190,6 +190,33 @@ def test_quoted_runs_read_the_answer_out_of_the_document_first(tokenizer, retrie
     text = next(t for i, _, t in documents_in(observation) if i == int(think[1]))
     assert think[2].endswith("American") and think[2] in text
     assert "The answer is in Doc" in [t for t, mine in plain["segments"] if mine][-1]
+
+
+@pytest.mark.slow
+def test_quote_evidence_flag_as_the_model_card_runs_it(tmp_path):
+    """`python -m nano data --quote-evidence`: span runs quote their document, title runs
+    keep the plain think."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "quoted"
+    done = subprocess.run([sys.executable, "-m", "nano", "data", "--out", str(out), "--limit",
+                           "60", "--tokenizer", str(ROOT / "assets" / "nano-agent"),
+                           "--quote-evidence"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads(line) for line in (out / "train.jsonl").open(encoding="utf-8")]
+    families = Counter("title" if r["family"] in TITLE_FAMILIES else "span" for r in runs)
+    assert families["title"] and families["span"], families
+    for run in runs:
+        last = run["segments"][-1][0]
+        if run["family"] in TITLE_FAMILIES:
+            assert last.startswith("<think> The answer is in Doc "), last
+            continue
+        think = re.fullmatch(r"<think> Doc (\d) says: (.+) </think>\n<answer> (.+) </answer>",
+                             last)
+        assert think is not None and think[3] == run["answers"][0], last
+        text = next(t for i, _, t in documents_in(run["segments"][-2][0]) if i == int(think[1]))
+        assert think[2].endswith(think[3]) and think[2] in text, (think[2], text)
 
 
 @pytest.mark.slow
