@@ -57,6 +57,8 @@ class RLConfig(RolloutOptions):
     micro_batch: int = option(8, "responses per forward pass (gradient accumulation)")
     clip_ratio: float = option(0.2, "PPO clip range")
     warmup_ratio: float = option(0.285, "fraction of the steps the learning rate warms up")
+    warmup_steps: int = option(0, "warm-up length in steps, overriding --warmup-ratio (0: use "
+                                  "the ratio); keeps the schedule when --steps changes")
     grad_clip: float = option(1.0, "gradient-norm clip")
     weight_decay: float = option(0.01, "AdamW weight decay")
     val_every: int = option(5, "steps between validations")
@@ -81,7 +83,8 @@ class RLConfig(RolloutOptions):
                                          "val_limit", "threads", "save_every",
                                          "anchor_every"),
                      not_negative=("kl_coef", "llds_lambda", "weight_decay", "clip_ratio",
-                                   "warmup_ratio", "gate_tolerance", "anchor_size"))
+                                   "warmup_ratio", "warmup_steps", "gate_tolerance",
+                                   "anchor_size"))
         if self.gate not in GATES:
             raise ValueError(f"--gate {self.gate!r}: pick one of {', '.join(GATES)}.")
         if self.gate != "lazy" and self.method == "grpo":
@@ -101,6 +104,11 @@ class RLConfig(RolloutOptions):
         gate = "" if self.gate == "lazy" else f"-gate-{self.gate}"
         return (f"nano-{self.method}{gate}-lambda{self.llds_lambda:g}-lr{self.lr:g}"
                 f"-seed{self.seed}")
+
+    @property
+    def warmup_length(self) -> int:
+        """Steps of linear warm-up: --warmup-steps, else the ratio of --steps (verl's rule)."""
+        return self.warmup_steps or max(1, int(self.warmup_ratio * self.steps))
 
     def loss(self) -> LossConfig:
         unit = METHODS[self.method]
@@ -420,7 +428,7 @@ def train(config: RLConfig, command: str = "") -> Path:
     (out / "command.txt").write_text(command + "\n", encoding="utf-8")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr,
                                   weight_decay=config.weight_decay)
-    warmup = max(1, int(config.warmup_ratio * config.steps))
+    warmup = config.warmup_length
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer,
                                                   lambda s: min(1.0, (s + 1) / warmup))
     step = 0

@@ -547,3 +547,14 @@ def test_an_anchor_set_of_another_tokenizer_is_refused():
     check_tokens(samples, 901, "set.jsonl")
     with pytest.raises(AnchorError, match="token id 900 is outside the model's vocabulary"):
         check_tokens(samples, 900, "set.jsonl")
+
+
+def test_warmup_in_steps_keeps_the_schedule_when_the_run_is_longer():
+    # The collapse-regime runs (80 steps) keep the 50-step sweep's 14 warm-up steps.
+    from nano.rl import RLConfig
+
+    assert RLConfig(steps=50).warmup_length == 14
+    assert RLConfig(steps=80).warmup_length == 22
+    assert RLConfig(steps=80, warmup_steps=14).warmup_length == 14
+    with pytest.raises(ValueError, match="--warmup-steps is -1"):
+        RLConfig(warmup_steps=-1)
