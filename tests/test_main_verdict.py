@@ -1,4 +1,4 @@
-"""The main runs' pre-registered criteria (assets/nano-runs/main_verdict.py) on metrics rows
+"""The main runs' pre-registered criteria (nano/experiments/main_verdict.py) on metrics rows
 and evaluator runs written here: an anchor fall while the reward holds, before things
 deteriorate, is displacement; a fall that comes with or after the collapse, or that
 recovers, is not; a paired gain counts only above 2 SE and the between-seed spread."""
@@ -6,16 +6,15 @@ recovers, is not; a paired gain counts only above 2 SE and the between-seed spre
 from __future__ import annotations
 
 import re
-import runpy
 import subprocess
 import sys
 
 from agent.testing import ROOT
+from nano.experiments.main_verdict import displacement, holds
 from tests.test_evaluator_citable import _vitalqa_run
 
-SCRIPT = ROOT / "assets" / "nano-runs" / "main_verdict.py"
-script = runpy.run_path(str(SCRIPT))
-displacement, holds = script["displacement"], script["holds"]
+SCRIPT = [sys.executable, "-m", "nano.experiments.main_verdict"]
+RUNS = ROOT / "assets" / "nano-runs"
 
 
 def rows(anchor: dict[int, float], reward_after: float = 0.5, collapse_at: int | None = None,
@@ -93,7 +92,7 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
             right = set(range(8 if method == "grpo" else 16))
             partial = method == "llds-a" and seed == 2  # an evaluation still running
             _vitalqa_run(evals / run.name, run.name, right, total=12 if partial else 20)
-    done = subprocess.run([sys.executable, str(SCRIPT), str(runs), str(evals)], cwd=ROOT,
+    done = subprocess.run([*SCRIPT, str(runs), str(evals)], cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": ""}, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -109,14 +108,14 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
     assert out.count("above 0 in 20 of 60 steps") == 3  # LLDS runs only, GRPO's left out
     # The scores saved into the run folders give the same table and verdicts without EVALS.
     env = {"PYTHONPATH": str(ROOT), "PATH": ""}
-    saved = subprocess.run([sys.executable, str(SCRIPT), "--save-scores", str(runs),
+    saved = subprocess.run([*SCRIPT, "--save-scores", str(runs),
                             str(evals)], cwd=ROOT, env=env, capture_output=True, text=True,
                            timeout=120)
     assert saved.returncode == 0 and "for 6 runs" in saved.stdout, saved.stderr
-    alone = subprocess.run([sys.executable, str(SCRIPT), str(runs)], cwd=ROOT, env=env,
+    alone = subprocess.run([*SCRIPT, str(runs)], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=120)
     assert alone.stdout == out
-    empty = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "none")], cwd=ROOT,
+    empty = subprocess.run([*SCRIPT, str(tmp_path / "none")], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert empty.returncode == 2 and "no run folder" in empty.stderr
 
@@ -124,7 +123,7 @@ def test_cli_prints_the_table_and_both_verdicts(tmp_path):
 def test_the_runs_readme_table_is_what_the_script_prints_from_the_shipped_logs():
     """The runs README's results table and verdicts are what main_verdict.py reads off the
     shipped logs and the shipped scores (pool_em.json) of the final models."""
-    done = subprocess.run([sys.executable, str(SCRIPT), str(SCRIPT.parent)], cwd=ROOT,
+    done = subprocess.run([*SCRIPT, str(RUNS)], cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": ""}, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -138,12 +137,12 @@ def test_the_runs_readme_table_is_what_the_script_prints_from_the_shipped_logs()
         return found
 
     printed = rows(done.stdout)
-    readme = rows((SCRIPT.parent / "README.md").read_text(encoding="utf-8"))
-    shipped = sorted(p.name for p in SCRIPT.parent.glob("main-*") if p.is_dir())
+    readme = rows((RUNS / "README.md").read_text(encoding="utf-8"))
+    shipped = sorted(p.name for p in RUNS.glob("main-*") if p.is_dir())
     assert sorted(printed) == shipped and len(shipped) >= 2
     assert readme == printed
-    assert all(p.joinpath("pool_em.json").is_file() for p in SCRIPT.parent.glob("main-*"))
-    readme_text = (SCRIPT.parent / "README.md").read_text(encoding="utf-8")
+    assert all(p.joinpath("pool_em.json").is_file() for p in RUNS.glob("main-*"))
+    readme_text = (RUNS / "README.md").read_text(encoding="utf-8")
     for line in done.stdout.splitlines():
         if " vs GRPO (seeds " in line:  # each verdict, with its gain and SE, as printed
             gain = re.search(r"gain ([+-]\d\.\d{3}) ± (\d\.\d{3})", line)

@@ -1,18 +1,18 @@
-"""The lr sweep's pre-registered rule (assets/nano-runs/sweep_verdict.py) on metrics rows
+"""The lr sweep's pre-registered rule (nano/experiments/sweep_verdict.py) on metrics rows
 written here: a clear gain with small KL passes, a gain inside the noise or a KL above the
 bound does not, and the CLI picks the highest passing lr."""
 
 from __future__ import annotations
 
 import json
-import runpy
 import subprocess
 import sys
 from pathlib import Path
 
+from nano.experiments.sweep_verdict import verdict
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "assets" / "nano-runs" / "sweep_verdict.py"
-verdict = runpy.run_path(str(SCRIPT))["verdict"]
+SCRIPT = [sys.executable, "-m", "nano.experiments.sweep_verdict"]
 
 
 def rows(early: float, late: float, kl: float, wobble: float = 0.05) -> list[dict]:
@@ -41,10 +41,10 @@ def test_cli_picks_the_highest_passing_lr(tmp_path):
         (run / "command.txt").write_text(f"python -m nano rl --lr {lr} --steps 50\n")
         (run / "metrics.jsonl").write_text(
             "".join(json.dumps(r) + "\n" for r in rows(early, late, kl)))
-    out = subprocess.run([sys.executable, str(SCRIPT), *sorted(map(str, tmp_path.iterdir()))],
+    out = subprocess.run([*SCRIPT, *sorted(map(str, tmp_path.iterdir()))],
                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""},
                          capture_output=True, text=True, check=True).stdout
     assert "chosen lr: 0.0001" in out
-    missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nope")],
+    missing = subprocess.run([*SCRIPT, str(tmp_path / "nope")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "no metrics.jsonl" in missing.stderr

@@ -1,8 +1,8 @@
 """Write the question files the nano RL runs used, from the nano package's question builder.
 
-    PYTHONPATH=. python assets/nano-runs/make_questions.py OUT_DIR
+    python -m nano.experiments.make_questions OUT_DIR
 
-(from the checkout; plain `python` after `pip install -e .`: it imports the nano package).
+(from the checkout: it reads assets/vitalqa).
 
 train.jsonl: one phrasing of every question about a training-split article (no vitalqa
 article), in a stable shuffled order. val.jsonl: every 6th record of

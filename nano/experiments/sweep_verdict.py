@@ -1,6 +1,6 @@
 """The learning-rate sweep's pre-registered rule, applied to the runs' metrics.jsonl files.
 
-    PYTHONPATH=. python assets/nano-runs/sweep_verdict.py RUN_DIR [RUN_DIR ...]
+    python -m nano.experiments.sweep_verdict RUN_DIR [RUN_DIR ...]
 
 Rule (README, "Pre-registration"): the highest lr at which GRPO improves for >= 50 steps with
 KL to the start below ~0.1, read as: "improves" = the mean `critic/score/mean` over steps

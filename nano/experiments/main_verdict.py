@@ -1,8 +1,8 @@
 """The main runs' pre-registered criteria (README, "Pre-registration"), applied to the logs
 and to the final models' evaluator runs; prints the runs README's table.
 
-    PYTHONPATH=. python assets/nano-runs/main_verdict.py RUNS_ROOT [EVALS_ROOT]
-    PYTHONPATH=. python assets/nano-runs/main_verdict.py --save-scores RUNS_ROOT EVALS_ROOT
+    python -m nano.experiments.main_verdict RUNS_ROOT [EVALS_ROOT]
+    python -m nano.experiments.main_verdict --save-scores RUNS_ROOT EVALS_ROOT
 
 RUNS_ROOT holds one folder a run (`metrics.jsonl`, `command.txt`); EVALS_ROOT, if given,
 holds the evaluator run of each run's final model under the same folder name (`python -m

@@ -1,0 +1,114 @@
+"""Run (or resume) issue 40's ten collapse-regime runs, two at a time, and ship their logs.
+
+    python -m nano.experiments.collapse_runs [--seeds 0,1,2,3,4] [--jobs 2]
+    python -m nano.experiments.collapse_runs --ship-only
+
+Each run is `python -m nano rl ... --resume` with the pre-registered settings
+(assets/nano-runs/README.md, "The collapse-regime experiment"), in RUNS_DIR/<name>; a run
+stopped anywhere (a session's end, kill) goes on from its last checkpoint the next time
+this is started, and a finished run (its final model written) is skipped. Runs go in
+pairs by seed (GRPO and LLDS-A of seed 0 first, so the Compare pair is ready first).
+After each run ends, and with --ship-only at any time, each run's `metrics.jsonl`,
+`train.log` and `command.txt` are copied to SHIP/<name>/, and the seed-0 final models to
+SHIP/<name>/model.
+
+Needs the start model and question files named in the pre-registration (nano-data/...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+START = "nano-data/start-sixth"
+TRAIN = "nano-data/headroom-1024/train.jsonl"
+VAL = "nano-data/rl-data/val_sample.jsonl"
+ANCHORS = "assets/nano-runs/sweep/anchors.jsonl"
+METHODS = {"grpo": ["--method", "grpo"],
+           "llds-a": ["--method", "llds-a", "--lambda", "0.2", "--gate", "lazy"]}
+LOGS = ("metrics.jsonl", "train.log", "command.txt")
+MODEL_SEED = 0  # the seed whose final models ship (the Compare tab's pair)
+
+
+def run_name(method: str, seed: int) -> str:
+    return f"{method}-lr3e-4-seed{seed}"
+
+
+def command(method: str, seed: int, runs_dir: Path) -> list[str]:
+    """The pre-registered command of one run."""
+    return [sys.executable, "-m", "nano", "rl", *METHODS[method], "--model", START,
+            "--train-data", TRAIN, "--val-data", VAL, "--val-name", "vitalqa",
+            "--out", str(runs_dir / run_name(method, seed)), "--lr", "3e-4",
+            "--warmup-steps", "14", "--steps", "80", "--kl-coef", "0.001",
+            "--batch-questions", "8", "--group-size", "4", "--mini-batches", "2",
+            "--micro-batch", "8", "--max-new-tokens", "128", "--val-every", "5",
+            "--val-limit", "48", "--anchors", ANCHORS, "--anchor-every", "2",
+            "--save-every", "5", "--threads", "1", "--seed", str(seed), "--resume"]
+
+
+def finished(run_dir: Path) -> bool:
+    return (run_dir / "model" / "config.json").is_file()
+
+
+def ship(run_dir: Path, ship_dir: Path, seed: int) -> None:
+    """Copy a run's logs (and, for the Compare seed, its final model) into the repository."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        return
+    target = ship_dir / run_dir.name
+    target.mkdir(parents=True, exist_ok=True)
+    for name in LOGS:
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, target / name)
+    if seed == MODEL_SEED and finished(run_dir):
+        shutil.copytree(run_dir / "model", target / "model", dirs_exist_ok=True)
+
+
+def train_one(method: str, seed: int, runs_dir: Path, ship_dir: Path) -> str:
+    run_dir = runs_dir / run_name(method, seed)
+    if finished(run_dir):
+        ship(run_dir, ship_dir, seed)
+        return f"{run_dir.name}: already finished"
+    begun = time.time()
+    with open(runs_dir / f"{run_dir.name}.out", "a", encoding="utf-8") as out:
+        done = subprocess.run(command(method, seed, runs_dir), stdout=out,
+                              stderr=subprocess.STDOUT, check=False)
+    ship(run_dir, ship_dir, seed)
+    return (f"{run_dir.name}: exit {done.returncode} after {(time.time() - begun) / 60:.1f} "
+            "min")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nano.experiments.collapse_runs",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once (one thread each)")
+    parser.add_argument("--runs-dir", type=Path, default=Path("nano-runs-40"))
+    parser.add_argument("--ship", type=Path, default=Path("assets/nano-runs/collapse"))
+    parser.add_argument("--ship-only", action="store_true",
+                        help="copy the logs as they stand, train nothing")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    order = [(method, seed) for seed in seeds for method in METHODS]
+    if args.ship_only:
+        for method, seed in order:
+            ship(args.runs_dir / run_name(method, seed), args.ship, seed)
+        return 0
+    missing = [p for p in (START + "/config.json", TRAIN, VAL, ANCHORS) if not Path(p).is_file()]
+    if missing:
+        print(f"error: missing {', '.join(missing)}; build them as the pre-registration in "
+              "assets/nano-runs/README.md says.", file=sys.stderr)
+        return 2
+    args.runs_dir.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for line in pool.map(lambda job: train_one(*job, args.runs_dir, args.ship), order):
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
