@@ -14,7 +14,7 @@ slow one (`--no-warm-up` skips this).
 Bound beyond loopback (`--host 0.0.0.0`) or with `--share`, visitors may load only the
 registry's models and those named here, and no server paths (`app.ui.access`), unless
 `--allow-local-paths`; and only the models this machine's free memory and disk hold
-(`app.resources`; `--memory-budget-gb` caps the memory, exposed or not).
+(`app.capacity`; `--memory-budget-gb` caps the memory, exposed or not).
 """
 
 from __future__ import annotations
@@ -112,12 +112,12 @@ def studio_plan(args: argparse.Namespace):
 
 
 def studio_capacity(args: argparse.Namespace, access):
-    """The hardware check (`app.resources.Capacity`) for a studio that runs its models here
+    """The hardware check (`app.capacity.Capacity`) for a studio that runs its models here
     and is exposed or given a memory budget; None otherwise (on loopback the operator loads
     what they like)."""
     if args.backend != "transformers" or not (access.exposed or args.memory_budget_gb):
         return None
-    from app.resources import Capacity
+    from app.capacity import Capacity
 
     return Capacity.for_launch(args.device, args.memory_budget_gb)
 

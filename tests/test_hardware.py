@@ -9,17 +9,20 @@ import pytest
 
 from agent.backends.base import ModelLoadError
 from agent.models import lookup
-from app.hardware import (
+from app.capacity import (
     GB,
+    Capacity,
+    Loaded,
     Need,
     Room,
     cgroup_room,
     evictions,
+    free_disk,
+    free_ram,
     meminfo_available,
     misfit,
     need_of,
 )
-from app.resources import Capacity, free_disk, free_ram
 from app.ui.model_pool import ModelPool
 
 LLDS_3B = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
@@ -73,19 +76,33 @@ def test_this_machines_free_memory_and_disk_are_measured():
     assert 0 < free_ram() <= total
     assert free_disk(__import__("pathlib").Path("/no/such/dir/here")) > 0
     measured = Capacity("cpu")
-    assert 0 < measured.room().memory <= total
+    assert 0 < measured.free_memory(held=0) <= total
 
 
 def test_capacity_uses_float32_on_cpu_and_bfloat16_on_gpu_with_a_budget():
     assert lookup(PPO_7B).parameters == 7_610_000_000
     on_cpu, on_gpu = Capacity("cpu", 20 * GB), Capacity("cuda", 20 * GB)
     assert on_cpu.need(PPO_7B).dtype == "float32" and on_gpu.need(PPO_7B).dtype == "bfloat16"
-    assert "needs 34.0 GB of RAM" in on_cpu.problem(PPO_7B)
-    assert on_gpu.problem(PPO_7B) is None  # 17.0 GB of the GPU's 20
-    assert on_cpu.problem(LLDS_3B) is None  # 13.8 GB
-    assert on_cpu.problem("nano") is None and on_cpu.need("nano").download == 0
+    assert "needs 34.0 GB of RAM" in on_cpu.ask(PPO_7B).reason
+    assert on_gpu.ask(PPO_7B).fits  # 17.0 GB of the GPU's 20
+    assert on_cpu.ask(LLDS_3B).fits  # 13.8 GB
+    assert on_cpu.ask("nano").fits and on_cpu.need("nano").download == 0
     assert on_cpu.need("someone/unknown-model") is None  # named by the operator: let through
-    assert "needs 13.8 GB of RAM" in Capacity("cpu", GB).problem(LLDS_3B)
+    assert on_cpu.ask("someone/unknown-model") == on_cpu.ask("someone/unknown-model")
+    assert "needs 13.8 GB of RAM" in Capacity("cpu", GB).ask(LLDS_3B).reason
+
+
+def test_one_answer_says_whether_it_fits_and_which_idle_models_go_first():
+    budget = Capacity("cpu", 30 * GB)
+    need = budget.need(LLDS_3B).memory  # 13.8 GB
+    loaded = [Loaded("old", 10 * GB), Loaded("busy", 6 * GB, idle=False),
+              Loaded("recent", 10 * GB)]
+    fit = budget.ask(LLDS_3B, loaded)  # 4 GB free: the oldest idle model is enough
+    assert fit.fits and fit.evict == ("old",) and fit.memory == need and fit.busy == 1
+    fit = budget.ask(LLDS_3B, [Loaded("busy", 20 * GB, idle=False), Loaded("old", 5 * GB)])
+    assert not fit.fits and fit.evict == () and fit.busy == 1  # 10 GB at most: refused
+    assert fit.reason.startswith("needs 13.8 GB of RAM") and "10.0 GB available" in fit.reason
+    assert budget.ask(LLDS_3B, [Loaded(LLDS_3B, need)]).evict == ()  # itself: not counted
 
 
 def stand_in_factory(loaded: list[str]):

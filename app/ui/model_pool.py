@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
 from agent.models import label
-from app.hardware import Room, evictions, misfit
-from app.resources import Capacity
+from app.capacity import Capacity, Loaded
 
 BackendFactory = Callable[[str], Backend]
 # One model load at a time in this process: transformers' loader sets process-wide state
@@ -197,50 +196,48 @@ class ModelPool:
         with self._lock:
             return sum(s.memory for s in self._slots.values() if s.backend is not None)
 
+    def _loaded(self, model: str) -> list[tuple[float, str]]:
+        """(last used, model) of the other loaded models, least recently used first."""
+        with self._lock:
+            return sorted((s.last_used, m) for m, s in self._slots.items()
+                          if s.backend is not None and m != model)
+
     def hardware_problem(self, model: str) -> str | None:
         """Why `model` can't be loaded on this machine even with every other model dropped,
         or None (also without a capacity to check, or for a model already loaded)."""
         if self.capacity is None or self.is_loaded(model):
             return None
-        return self.capacity.problem(model, self.held())
+        loaded = [Loaded(m, self._slots[m].memory) for _, m in self._loaded(model)]
+        return self.capacity.ask(model, loaded).reason
 
     def _make_room(self, model: str) -> int:
         """Check, now, that `model` fits; drop the least recently used idle models whose room
         it needs. Its memory estimate (0 when unchecked or of unknown size); ModelLoadError
         with the reason when it can't fit."""
-        need = self.capacity.need(model) if self.capacity is not None else None
-        if need is None:
+        if self.capacity is None:
             return 0
-        with self._lock:
-            loaded = sorted((s.last_used, m) for m, s in self._slots.items()
-                            if s.backend is not None and m != model)
+        loaded = self._loaded(model)
         taken = []  # the idle models' run slots, held so none starts while we decide
         try:
             for _, other in loaded:
                 if self._slots[other].busy.acquire(blocking=False):
                     taken.append(other)
-            held = sum(self._slots[m].memory for _, m in loaded)
-            free = self.capacity.free_memory(held)
-            idle = [(m, self._slots[m].memory) for m in taken]
-            room = Room(free + sum(size for _, size in idle), self.capacity.free_disk(),
-                        self.capacity.where)  # with every idle model dropped
-            problem = misfit(need, room)
-            if problem:
-                busy = len(loaded) - len(taken)
-                in_use = (f" ({busy} other model{'s' if busy > 1 else ''} in use now, "
-                          "which can't be unloaded)" if busy else "")
+            fit = self.capacity.ask(model, [Loaded(m, self._slots[m].memory, m in taken)
+                                            for _, m in loaded])
+            if not fit.fits:
+                in_use = (f" ({fit.busy} other model{'s' if fit.busy > 1 else ''} in use "
+                          "now, which can't be unloaded)" if fit.busy else "")
                 raise ModelLoadError(f"{label(model)} does not fit on this machine: "
-                                     f"{problem}{in_use}. Pick a smaller model.")
-            drop = evictions(need.memory, free, idle) or []
-            for other in drop:
+                                     f"{fit.reason}{in_use}. Pick a smaller model.")
+            for other in fit.evict:
                 slot = self._slots[other]
                 slot.backend, slot.state, slot.memory = None, "not loaded", 0
-            if drop:
+            if fit.evict:
                 release_memory()
         finally:
             for other in taken:
                 self._slots[other].busy.release()
-        return need.memory
+        return fit.memory
 
     def hold(self, model: str, cancel: threading.Event | None = None,
              timeout: float | None = None) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 from agent.models import DEFAULT_BASELINE, DEFAULT_MODEL
-from app.resources import Capacity
+from app.capacity import Capacity
 from app.ui import ask_tab, compare_tab, curves_tab, evaluate_tab
 from app.ui.access import Access
 from app.ui.context import Studio

@@ -1,0 +1,257 @@
+"""Will this model fit here, and what must go to make room: one question, one answer.
+
+`Capacity.ask(model, loaded)` answers it for the model pool (right before each load) and
+for the pickers (with every loaded model counted as droppable): a `Fit` that says whether
+the model fits, why not, the memory it will take, and which idle models to drop first.
+
+The arithmetic is pure (`need_of`, `misfit`, `evictions`): a model's memory is its
+parameters times the bytes of the dtype it loads in (float32 on a CPU, bfloat16 on a GPU,
+as the transformers backend loads it), plus a share for activations, the KV cache and the
+runtime; its download is its parameters in the dtype hub checkpoints are stored in. The
+figures it works on are measured here: free RAM (within a container's memory limit) or
+free GPU memory, and free disk where downloads go. An operator can cap the memory models
+may take (`--memory-budget-gb`, env LLDS_MEMORY_BUDGET_GB): the budget then replaces the
+measured figure, less what the studio's loaded models take by estimate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.models import lookup, parameter_count, shipped
+
+GB = 1024 ** 3
+BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2, "float16": 2}
+STORED_DTYPE = "bfloat16"  # what Qwen2.5 checkpoints on the hub hold
+OVERHEAD = 1.2  # memory on top of the weights: activations, a 4,096-token KV cache, buffers
+CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                 "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def gb(size: int) -> str:
+    return f"{size / GB:.1f} GB"
+
+
+# ------------------------------------------------------------------ the arithmetic (pure)
+
+@dataclass(frozen=True)
+class Need:
+    """What loading one model takes: memory (RAM on a CPU, GPU memory on a GPU) and the
+    bytes still to download (0 for a model shipped in the repository or cached)."""
+
+    parameters: int
+    dtype: str
+    memory: int
+    download: int
+
+
+@dataclass(frozen=True)
+class Room:
+    """What this machine offers models: memory (`where`: RAM or GPU memory) and disk."""
+
+    memory: int
+    disk: int
+    where: str = "RAM"
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model the studio holds: its memory by estimate, and whether a run is using it."""
+
+    model: str
+    memory: int
+    idle: bool = True
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The answer: does `model` fit, why not, what it takes, and which idle models to drop
+    first (least recently used first)."""
+
+    model: str
+    fits: bool
+    reason: str | None = None
+    memory: int = 0  # bytes it will take by estimate (0: size unknown, let through)
+    evict: tuple[str, ...] = ()
+    busy: int = 0  # loaded models in use now, which can't be dropped
+
+
+def need_of(parameters: int, dtype: str, downloaded: bool) -> Need:
+    """A model of `parameters` loaded in `dtype`; `downloaded`: already on this machine."""
+    memory = int(parameters * BYTES_PER_PARAMETER[dtype] * OVERHEAD)
+    download = 0 if downloaded else parameters * BYTES_PER_PARAMETER[STORED_DTYPE]
+    return Need(parameters, dtype, memory, download)
+
+
+def misfit(need: Need, room: Room) -> str | None:
+    """Why the model can't be loaded with this room (a short reason), or None when it can."""
+    if need.memory > room.memory:
+        return (f"needs {gb(need.memory)} of {room.where} ({need.parameters / 1e9:.2f}B "
+                f"parameters in {need.dtype}), {gb(room.memory)} available")
+    if need.download > room.disk:
+        return f"a {gb(need.download)} download, {gb(room.disk)} free on disk"
+    return None
+
+
+def evictions(need: int, free: int, idle: Sequence[tuple[str, int]]) -> list[str] | None:
+    """Which loaded models to drop so that `need` bytes fit in `free` plus what they free.
+
+    `idle`: (model, bytes) of the loaded models no run is using, least recently used
+    first; they go in that order, only as many as needed. None when dropping all of them
+    still leaves too little room.
+    """
+    dropped: list[str] = []
+    for model, size in idle:
+        if need <= free:
+            break
+        dropped.append(model)
+        free += size
+    return dropped if need <= free else None
+
+
+def answer(model: str, need: Need | None, free: int, disk: int, where: str,
+           loaded: Sequence[Loaded]) -> Fit:
+    """The whole decision from measured figures: `free` memory with `loaded` (least
+    recently used first) still held, `disk` free for downloads."""
+    if need is None:
+        return Fit(model, True)
+    idle = [(m.model, m.memory) for m in loaded if m.idle and m.model != model]
+    busy = sum(not m.idle for m in loaded if m.model != model)
+    problem = misfit(need, Room(free + sum(size for _, size in idle), disk, where))
+    if problem:
+        return Fit(model, False, problem, need.memory, busy=busy)
+    return Fit(model, True, None, need.memory,
+               tuple(evictions(need.memory, free, idle) or ()), busy)
+
+
+def meminfo_available(text: str) -> int | None:
+    """MemAvailable from the text of /proc/meminfo, in bytes; None when it isn't there."""
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "MemAvailable":
+            number, _, unit = value.strip().partition(" ")
+            return int(number) * (1024 if unit.strip().lower() == "kb" else 1)
+    return None
+
+
+def cgroup_room(limit: str, usage: str) -> int | None:
+    """What a container's memory limit leaves (cgroup `memory.max` and `memory.current`);
+    None without a limit ("max", or the huge number cgroup v1 reports for none)."""
+    limit = limit.strip()
+    if not limit.isdigit() or int(limit) >= 2 ** 60:
+        return None
+    return max(0, int(limit) - int(usage.strip() or 0))
+
+
+# ------------------------------------------------------------------ the measurements
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def free_ram() -> int:
+    """RAM a new model can take now: MemAvailable, or less where a container limit says so."""
+    text = _read("/proc/meminfo")
+    found = [meminfo_available(text)] if text else []
+    if not any(found):
+        found = [os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")]
+    for limit, usage in CGROUP_FILES:
+        limit_text, usage_text = _read(limit), _read(usage)
+        if limit_text is not None and usage_text is not None:
+            found.append(cgroup_room(limit_text, usage_text))
+    return min(size for size in found if size is not None)
+
+
+def free_gpu_memory() -> int:
+    """Free memory summed over the CUDA devices (the backend spreads a model over them)."""
+    import torch
+
+    return sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+
+
+def free_disk(path: Path) -> int:
+    """Free bytes on the disk that holds `path` (or its nearest existing parent)."""
+    path = path.expanduser().resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def downloaded(model: str) -> bool:
+    """The model's files are here: shipped with the repository, or its config and weights are
+    in the Hugging Face cache."""
+    if shipped(model):
+        return True
+    from huggingface_hub import try_to_load_from_cache
+
+    def cached(name: str) -> bool:
+        return isinstance(try_to_load_from_cache(model, name), str)
+
+    return cached("config.json") and (cached("model.safetensors.index.json")
+                                      or cached("model.safetensors"))
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Whether models fit on this machine, for the transformers backend on `device`.
+
+    memory_budget: bytes the operator lets models take (None: measure what is free).
+    """
+
+    device: str = "cpu"
+    memory_budget: int | None = None
+
+    @classmethod
+    def for_launch(cls, device: str = "auto", memory_budget_gb: float | None = None) -> Capacity:
+        from agent.backends.hf import pick_device
+
+        budget = None if memory_budget_gb is None else int(memory_budget_gb * GB)
+        return cls(pick_device(device), budget)
+
+    @property
+    def dtype(self) -> str:
+        from agent.backends.hf import auto_dtype
+
+        return auto_dtype(self.device)
+
+    @property
+    def where(self) -> str:
+        return "GPU memory" if self.device == "cuda" else "RAM"
+
+    def need(self, model: str) -> Need | None:
+        """What `model` takes here; None when its size is unknown (not in the registry and
+        not shipped: a model the operator named, which is let through)."""
+        info = lookup(model)
+        parameters = parameter_count(model) or (info.parameters if info else 0)
+        if not parameters:
+            return None
+        return need_of(parameters, self.dtype, downloaded(model))
+
+    def free_memory(self, held: int) -> int:
+        """Memory a new model can take now; `held`: what the studio's loaded models take."""
+        if self.memory_budget is not None:
+            return max(0, self.memory_budget - held)
+        return free_gpu_memory() if self.device == "cuda" else free_ram()
+
+    def free_disk(self) -> int:
+        from huggingface_hub import constants
+
+        return free_disk(Path(constants.HF_HUB_CACHE))
+
+    def ask(self, model: str, loaded: Sequence[Loaded] = ()) -> Fit:
+        """Does `model` fit now, beside the models the studio holds (`loaded`, least
+        recently used first; only idle ones may be dropped)? Measured at the call."""
+        need = self.need(model)
+        if need is None:
+            return Fit(model, True)
+        held = sum(m.memory for m in loaded if m.model != model)
+        return answer(model, need, self.free_memory(held), self.free_disk(), self.where,
+                      loaded)
