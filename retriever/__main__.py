@@ -128,7 +128,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     limits = ServerLimits(max_queries=args.max_queries, max_results=args.max_results,
                           max_body_mb=args.max_body_mb, max_connections=args.max_connections,
-                          header_timeout=args.header_timeout, body_timeout=args.body_timeout)
+                          header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                          min_body_rate=args.min_body_rate, body_grace=args.body_grace)
     raise_open_files_limit(limits.max_connections)  # checked before the engine loads
     engine = _open(args)
     print(f"{engine.name} over {engine.num_docs} documents; POST "
@@ -244,6 +245,17 @@ def main(argv: list[str] | None = None) -> int:
                                                     limits.BODY_TIMEOUT)),
                        help="seconds a client has to send a request's body (default "
                             f"{limits.BODY_TIMEOUT:g})")
+    serve.add_argument("--min-body-rate", type=float,
+                       default=float(os.environ.get("RETRIEVER_MIN_BODY_RATE",
+                                                    limits.MIN_BODY_RATE)),
+                       help="bytes/s a request's body must average after --body-grace "
+                            f"(default {limits.MIN_BODY_RATE:g}); slower gets a 408 and the "
+                            "connection closes, and at --max-connections makes room")
+    serve.add_argument("--body-grace", type=float,
+                       default=float(os.environ.get("RETRIEVER_BODY_GRACE",
+                                                    limits.BODY_GRACE)),
+                       help="seconds a body may take before --min-body-rate applies "
+                            f"(default {limits.BODY_GRACE:g})")
     search = sub.add_parser("search", help="print the documents retrieved for one query")
     search.add_argument("query")
     search.add_argument("--topk", type=int, default=3)

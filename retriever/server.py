@@ -10,7 +10,8 @@ objects. A query the engine cannot take fails alone (`IsolatedSearch`): it gets 
 documents and is named in the answer's `errors`. Work for a client that hung up is skipped.
 
 Limits, each with a flag: queries and results (queries x topk) per request, body size,
-open connections, and how long a request's headers and body may take to arrive.
+open connections, how long a request's headers and body may take to arrive, and the slowest
+rate at which a body may come (retriever/connections.py enforces the connection rules).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, StrictStr, ValidationError, field_validator
+from starlette.requests import ClientDisconnect
 
 from retriever.base import Engine
 from retriever.doc import Doc
@@ -51,6 +53,12 @@ MAX_CONNECTIONS = 1000
 # Seconds a client has to send a request's headers, and then its body.
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 60.0
+# After its first BODY_GRACE seconds a body must average MIN_BODY_RATE bytes/s, so a client
+# sending a byte every few seconds is cut in seconds, not after BODY_TIMEOUT; and at the
+# connection limit, a body behind that rate makes room for a newcomer. A 32 MiB body at
+# the rate would take hours: any real client is far faster.
+MIN_BODY_RATE = 1024.0
+BODY_GRACE = 5.0
 # One request's share of a scheduling round, and a round's total, in results.
 SLICE_RESULTS = 1024
 ROUND_RESULTS = 8192
@@ -67,6 +75,8 @@ class ServerLimits:
     max_connections: int = MAX_CONNECTIONS
     header_timeout: float = HEADER_TIMEOUT
     body_timeout: float = BODY_TIMEOUT
+    min_body_rate: float = MIN_BODY_RATE
+    body_grace: float = BODY_GRACE
 
     def __post_init__(self) -> None:
         bad = [f"--{name.replace('_', '-')}" for name, value in asdict(self).items()
@@ -345,6 +355,8 @@ def create_app(engine: Engine, default_topk: int = 3,
                                  "(the server's --body-timeout).")
             answer.headers["connection"] = "close"
             return answer
+        except ClientDisconnect:  # gone, or cut by the connection guard (too slow a body)
+            return Response(status_code=499)
         try:
             # The standard library's parser: it keeps a lone surrogate ("\ud800"), which
             # the engines drop, where a stricter parser would refuse the whole request.
@@ -418,6 +430,7 @@ def serve(engine: Engine, host: str = "127.0.0.1", port: int = 8000, default_top
         create_app(engine, default_topk, limits), host=host, port=port, log_level=log_level,
         # No per-request access log: at thousands of requests a second it costs real time.
         access_log=False,
-        http=guarded_h11(limits.max_connections, limits.header_timeout))
+        http=guarded_h11(limits.max_connections, limits.header_timeout, limits.body_timeout,
+                         limits.min_body_rate, limits.body_grace))
     limit_log_rates()  # after uvicorn has configured its loggers
     uvicorn.Server(config).run()

@@ -1,6 +1,7 @@
 """`python -m app.deploy`: the dry run lists exactly the tracked files with their sizes,
-offline the real run stops in seconds naming the Hub, the upload sends the tracked files and
-nothing else, and `.gitattributes` marks every large tracked file as a large file."""
+and the tracked links it skips; offline the real run stops in seconds naming the Hub, the
+upload sends the tracked files and nothing else (never through a symbolic link), and
+`.gitattributes` marks every large tracked file as a large file."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app import deploy
-from app.deploy import LARGE_BYTES, TrackedFile, tracked_files
+from app.deploy import LARGE_BYTES, DeployError, TrackedFile, tracked_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +63,11 @@ def test_dry_run_lists_files_sizes_total_and_the_large_ones(checkout):
     assert lines[0].startswith("app.py") and lines[0].endswith("12 B")
     assert lines[1].startswith("weights/model.safetensors") and lines[1].endswith("10.0 MB  large")
     assert lines[2].startswith("2 files, 10.0 MB in all, to the Space me/studio; 1 large")
-    for absent in ("untracked.txt", "link.txt", "gone.txt", "secret"):
+    # The tracked link is named as skipped, not listed for upload, and its target unsaid.
+    assert lines[3:] == ["Skipped 1 tracked path, not uploaded:",
+                         "  link.txt  (a symbolic link: links are not uploaded (the Space "
+                         "would get the bytes of what it points to))"]
+    for absent in ("untracked.txt", "gone.txt", "secret"):
         assert absent not in result.stdout
 
 
@@ -141,6 +146,61 @@ def test_upload_sends_the_tracked_files_and_nothing_else(checkout):
     assert [Path(op.path_or_fileobj) for op in operations] == [checkout / "app.py",
                                                                checkout / "weights" /
                                                                "model.safetensors"]
+
+
+@pytest.fixture
+def leaky_checkout(tmp_path) -> Path:
+    """A committed checkout with an untracked `.env` holding a token, a tracked link to it
+    inside the checkout, and a tracked file whose directory was swapped for a link to an
+    untracked one after the commit."""
+    root = tmp_path / "repo"
+    (root / "conf").mkdir(parents=True)
+    (root / "app.py").write_text("print('hi')\n")
+    (root / "conf" / "settings.txt").write_text("debug = false\n")
+    (root / ".env").write_text("HF_TOKEN=hf_FAKE\n")
+    (root / "innocent.txt").symlink_to(".env")
+    (root / ".gitignore").write_text(".env\n.secrets/\n")
+    git(root, "init", "-q")
+    git(root, "add", "app.py", "conf/settings.txt", "innocent.txt", ".gitignore")
+    git(root, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "x")
+    (root / ".secrets").mkdir()
+    (root / ".secrets" / "settings.txt").write_text("HF_TOKEN=hf_FAKE_TOO\n")
+    (root / "conf" / "settings.txt").unlink()
+    (root / "conf").rmdir()
+    (root / "conf").symlink_to(".secrets")
+    return root
+
+
+def test_a_tracked_link_to_an_untracked_secret_is_skipped_and_said(leaky_checkout):
+    result = run_deploy("--space", "me/studio", "--dry-run", "--root", str(leaky_checkout))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(".gitignore") and lines[1].startswith("app.py")
+    assert lines[2].startswith("2 files, ")
+    assert lines[3] == "Skipped 2 tracked paths, not uploaded:"
+    assert lines[4].startswith("  conf/settings.txt  (under the symbolic link conf: ")
+    assert lines[5].startswith("  innocent.txt  (a symbolic link: links are not uploaded")
+    assert len(lines) == 6
+    assert "hf_FAKE" not in result.stdout and ".env" not in result.stdout
+
+
+def test_upload_reads_no_bytes_through_a_link(leaky_checkout):
+    api = RecordingApi()
+    deploy.upload(api, leaky_checkout, tracked_files(leaky_checkout), "me/studio")
+    operations = api.calls[1][2]
+    assert [op.path_in_repo for op in operations] == [".gitignore", "app.py"]
+    for op in operations:
+        assert b"hf_FAKE" not in Path(op.path_or_fileobj).read_bytes()
+
+
+def test_upload_refuses_a_file_swapped_for_a_link_after_it_was_listed(leaky_checkout):
+    files = tracked_files(leaky_checkout)
+    (leaky_checkout / "app.py").unlink()
+    (leaky_checkout / "app.py").symlink_to(".env")
+    api = RecordingApi()
+    with pytest.raises(DeployError, match="app.py is a symbolic link now"):
+        deploy.upload(api, leaky_checkout, files, "me/studio")
+    assert api.calls == []  # not even the Space was created
 
 
 def test_every_large_tracked_file_is_a_large_file_in_gitattributes():

@@ -1,11 +1,13 @@
 """The retriever server under hostile or greedy clients: a cap on results per request, small
 requests served while a big one runs, memory returned after a big answer, deep JSON
-refused, half-open connections timed out, a connection limit with a clean refusal, and a
-log that a flood cannot grow. Real Lucene servers on loopback."""
+refused, half-open connections timed out, a body below the minimum rate cut, a connection
+limit with a clean refusal that slow bodies cannot hold, and a log that a flood cannot
+grow. Real Lucene servers on loopback."""
 
 from __future__ import annotations
 
 import os
+import select
 import socket
 import threading
 import time
@@ -21,6 +23,10 @@ MAX_RESULTS = 50_000
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 3.0
 MAX_CONNECTIONS = 60
+# The slow-body server: a small connection limit that a test-sized flood fills.
+SLOW_MAX_CONNECTIONS = 20
+MIN_BODY_RATE = 100.0
+BODY_GRACE = 4.0
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +37,24 @@ def guarded_server(default_corpus):
     process = start_process(
         ["-m", "retriever", "serve", "--port", str(port), "--java-heap", "512m",
          "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
-         "--max-connections", str(MAX_CONNECTIONS)],
+         # A grace beyond the body timeout: here the timeout alone cuts a stalled body.
+         "--body-grace", "10", "--max-connections", str(MAX_CONNECTIONS)],
         f"http://127.0.0.1:{port}/health", env={"RETRIEVER_MAX_RESULTS": str(MAX_RESULTS)})
+    process.port = port  # type: ignore[attr-defined]
+    yield process
+    stop_process(process)
+
+
+@pytest.fixture(scope="module")
+def slow_body_server(default_corpus):
+    """A Lucene server with 20 connections, whose bodies must average 100 bytes/s after
+    their first 4 s (and the default 60 s body timeout)."""
+    port = free_port()
+    process = start_process(
+        ["-m", "retriever", "serve", "--port", str(port), "--java-heap", "512m",
+         "--max-connections", str(SLOW_MAX_CONNECTIONS), "--min-body-rate",
+         str(MIN_BODY_RATE), "--body-grace", str(BODY_GRACE)],
+        f"http://127.0.0.1:{port}/health")
     process.port = port  # type: ignore[attr-defined]
     yield process
     stop_process(process)
@@ -190,6 +212,7 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408(guarded_server):
 @pytest.mark.parametrize(("flags", "needle"), [
     (["--max-results", "0"], "--max-results must be positive"),
     (["--header-timeout", "-1"], "--header-timeout must be positive"),
+    (["--min-body-rate", "0"], "--min-body-rate must be positive"),
     (["--max-connections", "100000000"], "ulimit -n"),
 ])
 @pytest.mark.slow
@@ -220,26 +243,121 @@ def test_over_the_limit_the_longest_waiting_connection_makes_room(guarded_server
             sock.close()
 
 
+def _pump(sockets: list[socket.socket], chunk: bytes, every: float, stop: threading.Event,
+          limit: float = 20.0) -> threading.Thread:
+    """A thread that sends `chunk` on each socket every `every` seconds until `stop` is
+    set (or `limit` seconds pass); a socket the server closed is left alone after."""
+    def run() -> None:
+        alive = list(sockets)
+        ends = time.monotonic() + limit
+        while alive and not stop.wait(every) and time.monotonic() < ends:
+            for sock in list(alive):
+                try:
+                    sock.sendall(chunk)
+                except OSError:
+                    alive.remove(sock)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def _post_head(port: int, length: int | None = None, close: bool = False) -> socket.socket:
+    """A /retrieve request's headers: Content-Length `length`, or a chunked body."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    framing = (f"Content-Length: {length}" if length is not None
+               else "Transfer-Encoding: chunked").encode()
+    sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 b"Content-Type: application/json\r\n" + framing + b"\r\n"
+                 + (b"Connection: close\r\n" if close else b"") + b"\r\n")
+    return sock
+
+
 @pytest.mark.slow
 def test_when_every_connection_is_busy_a_newcomer_is_refused(guarded_server):
-    # Requests whose body never comes: each holds its connection as a request in flight.
-    busy = []
-    for _ in range(MAX_CONNECTIONS):
-        sock = socket.create_connection(("127.0.0.1", guarded_server.port))
-        sock.sendall(b"POST /retrieve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n")
-        busy.append(sock)
+    # Requests whose bodies arrive steadily, far above the minimum rate, but never end:
+    # each holds its connection as a request in flight that is making progress.
+    busy = [_post_head(guarded_server.port, length=10**6) for _ in range(MAX_CONNECTIONS)]
+    stop = threading.Event()
+    pump = _pump(busy, b" " * 200, 0.1, stop)  # 2,000 bytes/s each
     try:
-        time.sleep(0.5)
+        time.sleep(1.5)  # older than the guard's one-second look at a body's rate
         with socket.create_connection(("127.0.0.1", guarded_server.port)) as newcomer:
             answer = _closed_by_server(newcomer, 2.0)
         assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
         assert b"--max-connections" in answer
+        # None of the busy ones was dropped to make room: the server sent none of them
+        # anything (checked at once: the body timeout closes them all at 3 s).
+        assert select.select(busy, [], [], 0)[0] == []
     finally:
+        stop.set()
+        pump.join()
         for sock in busy:
             sock.close()
     time.sleep(0.3)
     assert httpx.post(_url(guarded_server), json={"queries": ["Paris"]}).status_code == 200
+
+
+@pytest.mark.slow
+def test_a_slow_body_flood_does_not_lock_out_real_requests(slow_body_server):
+    """More connections than the limit, each sending its headers and then a chunked body a
+    byte every 0.5 s: real requests are still answered at once (the bound is loose: test
+    machines are shared), because a body that far behind the minimum rate makes room."""
+    port = slow_body_server.port
+    flood = [_post_head(port) for _ in range(SLOW_MAX_CONNECTIONS + 10)]
+    stop = threading.Event()
+    pump = _pump(flood, b"1\r\nx\r\n", 0.5, stop)
+    try:
+        time.sleep(1.5)  # the flood holds every connection, each body over a second old
+        latencies = []
+        with httpx.Client(timeout=10) as client:
+            for query in ("Paris", "Rome", "Berlin"):
+                start = time.monotonic()
+                # A new connection each time, as a client such as requests.post makes.
+                response = client.post(_url(slow_body_server), json={"queries": [query]},
+                                       headers={"connection": "close"})
+                assert response.status_code == 200, response.text
+                assert response.json()["result"][0]
+                latencies.append(time.monotonic() - start)
+        assert max(latencies) < 3.0, latencies
+        answers = [_closed_by_server(sock, 0.01) for sock in flood]
+        # A stalled body made room for the first request (this 503, not the rate rule's
+        # 408); each request's connection then closed and left its place to the next.
+        made_room = [a for a in answers if a and b"made room" in a]
+        assert made_room, answers
+        assert made_room[0].startswith(b"HTTP/1.1 503") and b"--min-body-rate" in made_room[0]
+    finally:
+        stop.set()
+        pump.join()
+        for sock in flood:
+            sock.close()
+
+
+@pytest.mark.slow
+def test_a_body_below_the_minimum_rate_is_cut_after_the_grace(slow_body_server):
+    with _post_head(slow_body_server.port) as sock:
+        start = time.monotonic()
+        answer = None
+        while answer is None and time.monotonic() - start < BODY_GRACE + 5:
+            sock.sendall(b"1\r\n{\r\n")  # ~12 bytes/s, framing included
+            answer = _closed_by_server(sock, 0.5)
+        elapsed = time.monotonic() - start
+    assert answer is not None and answer.startswith(b"HTTP/1.1 408"), answer
+    assert b"--min-body-rate" in answer
+    assert BODY_GRACE - 0.5 < elapsed < BODY_GRACE + 2, elapsed  # not the 60 s timeout
+
+
+@pytest.mark.slow
+def test_a_body_above_the_minimum_rate_may_take_longer_than_the_grace(slow_body_server):
+    body = b'{"queries": ["Paris"], "pad": "' + b"x" * 1200 + b'"}'
+    with _post_head(slow_body_server.port, length=len(body), close=True) as sock:
+        start = time.monotonic()
+        for i in range(0, len(body), 50):  # 250 bytes/s for about 5 s
+            sock.sendall(body[i:i + 50])
+            time.sleep(0.2)
+        assert time.monotonic() - start > BODY_GRACE
+        answer = _closed_by_server(sock, 5.0)
+    assert answer is not None and answer.startswith(b"HTTP/1.1 200"), answer
 
 
 @pytest.mark.slow
