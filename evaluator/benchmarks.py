@@ -12,10 +12,12 @@ parquet memory guard, which is why they live in one module.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,10 @@ class Question:
     question: str
     golden_answers: list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Why the record cannot be asked (it is over a size limit), or None. Such a question
+    # never reaches the model: the runner records it as an error with this message, so the
+    # rest of the file still runs and the run says what to fix.
+    problem: str | None = None
 
 
 class DataError(Exception):
@@ -85,6 +91,66 @@ def where_to_put_files(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- records
+
+# One line of a JSON-lines file holds one record: an id, a question, its answers and some
+# metadata. FlashRAG's largest records are tens of KB; 1 MiB leaves room for a question at
+# MAX_QUESTION_CHARS in any script with its metadata, and keeps a line, its text and its
+# parsed form a few MB at most. A longer line is an error for that record alone: it is
+# skipped in bounded chunks, never held whole (a 200 MB line took 6 GB before).
+MAX_RECORD_BYTES = 2**20
+# A question goes to the model whole, and the agent refuses a prompt over its 2,048-token
+# window (AgentSettings.max_prompt_tokens) only after tokenizing all of it (3.5 GB for a
+# 20 MB question). 32,768 characters is several times that window for ordinary text and
+# far past any benchmark question (the seven's longest run to a few hundred characters);
+# a longer question is an error for that record, never tokenized.
+MAX_QUESTION_CHARS = 32_768
+_KEPT_CHARS = 200  # of an over-long question, kept in its error record to find it by
+_SCAN_BYTES = 2**20  # an over-long line is read past in pieces of this size
+
+
+def _kilo(size: int) -> str:
+    return f"{size / 2**20:,.1f} MB" if size >= 2**20 else f"{size / 1024:,.0f} KB"
+
+
+def _clipped(text: str) -> str:
+    """The start of an over-long question, marked as cut, for its error record."""
+    return f"{text[:_KEPT_CHARS]}... [{len(text):,} characters in all]"
+
+
+@dataclass(frozen=True)
+class OversizedRecord:
+    """A line of a JSON-lines file over MAX_RECORD_BYTES, as read: its size and the bytes at
+    its two ends (where an id is found), the rest skipped unread into memory."""
+
+    size: int
+    head: bytes
+    tail: bytes
+
+    _ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\\n]|\\.){0,200}"|-?\d{1,30})')
+
+    def record_id(self) -> str | None:
+        """The record's "id" when it shows at the line's start or end (FlashRAG writes it
+        first); None when it does not, and the record is named by its position."""
+        for part in (self.head, self.tail):
+            if (match := self._ID.search(part)) is not None:
+                try:
+                    return str(json.loads(match.group(1)))
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    continue
+        return None
+
+    def question(self, dataset: str, index: int, where: str) -> Question:
+        """The record as a Question that is never asked: its `problem` says what to fix."""
+        qid = self.record_id() or f"{dataset}_{index}"
+        preview = self.head[:_KEPT_CHARS].decode("utf-8", "replace")
+        return Question(
+            id=qid, dataset=dataset, golden_answers=[],
+            question=f"{preview}... [a line of {self.size:,} bytes]",
+            problem=(f"{where}: the record is {_kilo(self.size)}, over the limit of "
+                     f"{_kilo(MAX_RECORD_BYTES)} for one line of a benchmark file (a record "
+                     "holds one question, its answers and metadata); it was not asked. "
+                     "Shorten or remove that record, then run the same command again: "
+                     "the other questions are kept and this one runs then."))
 
 
 def _plain(value: Any) -> Any:
@@ -136,6 +202,8 @@ def question_from_record(record: Any, dataset: str, index: int,
 
     `where` names the record in errors (`path:line`, or `path record N`)."""
     where = where or f"{dataset} record {index}"
+    if isinstance(record, OversizedRecord):
+        return record.question(dataset, index, where)
     if not isinstance(record, Mapping):
         raise DataError(
             f"{where}: a record must be a JSON object with id, question and golden_answers; "
@@ -147,50 +215,119 @@ def question_from_record(record: Any, dataset: str, index: int,
         raise DataError(f"{where}: no 'question' field (fields: {', '.join(map(str, record))}); "
                         "every record needs one.")
     metadata = _plain(record.get("metadata")) or {}
+    text, problem = _checked_question(str(record["question"]), where)
     return Question(
         id=str(record.get("id") if record.get("id") is not None else f"{dataset}_{index}"),
         dataset=dataset,
-        question=str(record["question"]),
+        question=text,
         golden_answers=_answers(golden, where),
         metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
+        problem=problem,
     )
+
+
+def _checked_question(text: str, where: str) -> tuple[str, str | None]:
+    """(the question text, None), or for one over MAX_QUESTION_CHARS (its start, why it is
+    not asked): the record stays in the run as an error instead of reaching the model."""
+    if len(text) <= MAX_QUESTION_CHARS:
+        return text, None
+    return _clipped(text), (
+        f"{where}: the question is {len(text):,} characters, over the limit of "
+        f"{MAX_QUESTION_CHARS:,} (the agent's prompt window is 2,048 tokens; a benchmark "
+        "question is a sentence or two); it was not asked. Shorten that question or remove "
+        "the record, then run the same command again: the other questions are kept and "
+        "this one runs then.")
+
+
+# A .json file is parsed whole when it is one JSON document (a list, or {"data": [...]}):
+# json.loads holds several times the text, so past this size only JSON lines are read.
+MAX_JSON_DOCUMENT_BYTES = 64 * 2**20
 
 
 def read_data_file(path: Path) -> list[tuple[str, Any]]:
     """(where, record) pairs of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or
-    .parquet file; `where` names the record in messages (`path:line` or `path record N`)."""
+    .parquet file; `where` names the record in messages (`path:line` or `path record N`).
+    A line over MAX_RECORD_BYTES comes back as an OversizedRecord, an error for that
+    record alone (`question_from_record`)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        frame = read_parquet_guarded(path, DATA_COLUMNS)
-        return [(f"{path} record {i}", _plain(r))
-                for i, r in enumerate(frame.to_dict("records"))]
+        guard = _ParquetGuard(path, DATA_COLUMNS, ParquetLimits())
+        if "question" not in guard.columns:
+            raise DataError(f"{path}: no 'question' column (columns: "
+                            f"{', '.join(guard.handle.schema_arrow.names)}); every record "
+                            "needs one.")
+        guard.check()
+        return [(f"{path} record {i}", r)
+                for i, r in enumerate(r for b in guard.batches() for r in b.to_pylist())]
+    if path.suffix == ".json":
+        document = _json_document(path)
+        if document is not None:
+            return document
+    return list(_json_lines(path))
+
+
+def _json_document(path: Path) -> list[tuple[str, Any]] | None:
+    """The records of a .json file that is one JSON document, or None when it is JSON lines
+    (FlashRAG ships JSON lines under .json names too)."""
+    size = path.stat().st_size
+    if size > MAX_JSON_DOCUMENT_BYTES:
+        with path.open("rb") as handle:
+            start = handle.read(4096).lstrip()
+        if start.startswith(b"["):
+            raise DataError(
+                f"{path}: a JSON document of {_kilo(size)}, over the limit of "
+                f"{_kilo(MAX_JSON_DOCUMENT_BYTES)} for one read whole; write it as JSON lines "
+                "(one record a line, a .jsonl file), which are read a line at a time.")
+        return None
     data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text (byte {data[error.start]:#04x} at offset "
-                        f"{error.start}); save the file as UTF-8 and try again.") from None
-    if path.suffix == ".json":
-        try:
-            parsed = json.loads(text)
-        except json.JSONDecodeError:
-            parsed = None  # FlashRAG ships JSON lines under .json names too
-        if isinstance(parsed, dict) and isinstance(parsed.get("data"), list):
-            parsed = parsed["data"]
-        if isinstance(parsed, list):
-            return [(f"{path} record {i}", r) for i, r in enumerate(parsed)]
-        if isinstance(parsed, dict):
-            return [(f"{path} record 0", parsed)]
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
+        parsed = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None  # JSON lines, or bad text that the line reader names by line
+    if isinstance(parsed, dict) and isinstance(parsed.get("data"), list):
+        parsed = parsed["data"]
+    if isinstance(parsed, list):
+        return [(f"{path} record {i}", r) for i, r in enumerate(parsed)]
+    if isinstance(parsed, dict):
+        return [(f"{path} record 0", parsed)]
+    return None
+
+
+def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
+    """(where, record) for each non-blank line of a JSON-lines file, read a line at a time:
+    no line over MAX_RECORD_BYTES is ever held whole (an OversizedRecord stands for it)."""
+    offset = 0
+    with path.open("rb") as handle:
+        for number in itertools.count(1):
+            line = handle.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                return
+            where = f"{path}:{number}"
+            if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
+                head, size, tail = line[:4096], len(line), line[-4096:]
+                while not line.endswith(b"\n"):  # the rest of it, a bounded piece at a time
+                    line = handle.readline(_SCAN_BYTES)
+                    if not line:
+                        break
+                    size += len(line)
+                    tail = (tail + line)[-4096:]
+                offset += size
+                yield where, OversizedRecord(size=size - tail.endswith(b"\n"), head=head,
+                                             tail=tail)
+                continue
             try:
-                records.append((f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: not valid JSON ({error}); fix or remove "
-                                "that line.") from error
-    return records
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(
+                    f"{where}: not UTF-8 text (byte {line[error.start]:#04x} at offset "
+                    f"{offset + error.start}); save the file as UTF-8 and try again.") from None
+            offset += len(line)
+            if text.strip():
+                try:
+                    yield where, json.loads(text)
+                except json.JSONDecodeError as error:
+                    raise DataError(f"{where}: not valid JSON ({error}); fix or remove that "
+                                    "line.") from error
 
 
 # ---------------------------------------------------------------------------- parquet guard
@@ -206,29 +343,52 @@ MERGED_COLUMNS = ("id", "data_source", "question", "prompt", "reward_model", "go
 class ParquetLimits:
     """What a parquet file may expand to in memory. The file size says nothing: repeated
     values compress to almost nothing, and a dictionary stores a value once however many
-    rows refer to it. Both limits are checked before anything large is materialised."""
+    rows refer to it. Every limit is checked before anything large is materialised."""
 
     rows: int = 1_000_000  # the largest Search-R1 file (the merged test set) has ~51k
     columns: int = 1_000
     decoded_bytes: int = 512 * 2**20
+    batch_rows: int = 1024  # rows decoded at a time once the file is known to fit
 
 
-def _text_leaves(data_type: Any, prefix: str) -> list[str]:
-    """Paths of the string/binary leaves under a column, in parquet's naming (`a.list.element`)
-    as `read_dictionary` takes them: those are read as dictionaries, never decoded row by row."""
-    import pyarrow as pa
+# Bytes one value of a parquet physical type takes once decoded by arrow (a text value: its
+# offset, its characters aside): a column chunk of N values costs at least N times this,
+# however well its pages compress (a million empty strings RLE-encode to a few bytes).
+_VALUE_WIDTH = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 8,
+                "BYTE_ARRAY": 4}
+# Encodings under which one stored text value can stand for many decoded ones: a dictionary
+# (a value stored once, any number of rows refer to it). DELTA_BYTE_ARRAY amplifies too, and
+# is refused (`_ParquetGuard.check`). Everything else decodes to about its page size.
+_AMPLIFYING = frozenset({"PLAIN_DICTIONARY", "RLE_DICTIONARY"})
+# Column chunks read from the file in pieces of 1 MiB, not pre-buffered whole: what is held
+# while decoding follows the pages, not the chunk's compressed size.
+_READ_OPTIONS = {"pre_buffer": False, "buffer_size": 2**20}
+# Logical types arrow reads as string/binary, so as a dictionary when asked to.
+_TEXT_LOGICAL = frozenset({"STRING", "NONE", "JSON", "ENUM", "BSON"})
 
-    if pa.types.is_string(data_type) or pa.types.is_binary(data_type) or \
-            pa.types.is_large_string(data_type) or pa.types.is_large_binary(data_type):
-        return [prefix]
-    if pa.types.is_dictionary(data_type):
-        return _text_leaves(data_type.value_type, prefix)
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return _text_leaves(data_type.value_type, f"{prefix}.list.element")
-    if pa.types.is_struct(data_type):
-        return [leaf for child in data_type for leaf in _text_leaves(child.type,
-                                                                     f"{prefix}.{child.name}")]
-    return []
+
+def _leaf_indices(meta: Any, name: str) -> list[int]:
+    """Parquet leaf columns under the top-level column `name` (`a`, `a.list.element`)."""
+    return [i for i in range(meta.num_columns)
+            if (path := meta.schema.column(i).path) == name or path.startswith(f"{name}.")]
+
+
+def _value_width(meta: Any, index: int) -> int:
+    column = meta.schema.column(index)
+    if column.physical_type == "FIXED_LEN_BYTE_ARRAY":
+        return max(int(column.length or 0), 1)
+    return _VALUE_WIDTH.get(column.physical_type, 8)
+
+
+def _is_text_leaf(meta: Any, index: int) -> bool:
+    column = meta.schema.column(index)
+    return column.physical_type == "BYTE_ARRAY" and column.logical_type.type in _TEXT_LOGICAL
+
+
+def _amplifies(chunk: Any) -> bool:
+    """Whether a text column chunk may decode to more than its pages hold."""
+    return chunk.physical_type == "BYTE_ARRAY" and (
+        chunk.has_dictionary_page or bool(_AMPLIFYING.intersection(chunk.encodings)))
 
 
 def decoded_nbytes(array: Any) -> int:
@@ -274,59 +434,166 @@ def _plain_type(data_type: Any) -> Any:
     return data_type
 
 
+def _has_dictionary(data_type: Any) -> bool:
+    return _plain_type(data_type) != data_type
+
+
+class _ParquetGuard:
+    """One parquet file read under `ParquetLimits`, in three steps, each bounded by the
+    one before it:
+
+    1. the metadata alone (nothing decoded): rows, columns, the pages' uncompressed size
+       and each leaf's value count times its width. These bound what step 2 holds.
+    2. exact decoded sizes where a stored value may stand for many (`_AMPLIFYING`; text
+       stored as DELTA_BYTE_ARRAY cannot be measured this way and is refused): that
+       row group's column read as dictionaries (the dictionary, at most its pages, and one
+       index per value), counted row by row and dropped. Other chunks decode to about
+       their pages, so the metadata's figure is kept for them.
+    3. the projected columns decoded plainly `batch_rows` rows at a time, each batch's
+       bytes counted as it comes (strings, offsets and numbers alike): the file is never
+       held as one table, and the count stops the read past the budget even if a file
+       lied in step 1.
+
+    Text is never read as dictionaries beyond step 2: arrow gives each batch of such a
+    read the dictionary accumulated so far, so holding the batches held the text
+    quadratically (a 0.5 MB file of 38 MB of text peaked at 2.4 GB)."""
+
+    def __init__(self, path: Path, wanted: Iterable[str], limits: ParquetLimits) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.path, self.limits = Path(path), limits
+        wanted = set(wanted)
+        try:
+            self.handle = pq.ParquetFile(self.path, **_READ_OPTIONS)
+            self.meta = self.handle.metadata
+            arrow = self.handle.schema_arrow
+        except (pa.ArrowException, OSError) as error:
+            raise DataError(f"{path}: not a parquet file ({error}); pass a .parquet written "
+                            "by pandas or pyarrow, or a .jsonl file.") from None
+        self.columns = [name for name in arrow.names if name in wanted]
+        self.schema = pa.schema([arrow.field(name) for name in self.columns])
+        self.plain = pa.schema([f.with_type(_plain_type(f.type)) for f in self.schema])
+
+    def too_big(self, counted: int) -> DataError:
+        limit = f"{self.limits.decoded_bytes / 2**20:.0f} MB"
+        return DataError(
+            f"{self.path}: the columns {', '.join(self.columns)} expand to over {limit} in "
+            f"memory (the limit for a benchmark file; {counted / 2**20:,.0f} MB counted when "
+            f"the reader stopped, from a file of {self.path.stat().st_size / 2**20:.2f} MB "
+            "compressed); split the file or shorten its records.")
+
+    def damaged(self, error: Exception) -> DataError:
+        return DataError(f"{self.path}: the parquet file is damaged ({error}); write it again.")
+
+    def check(self) -> None:
+        """Steps 1 and 2: DataError unless the projected columns fit the budget."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        meta, limits = self.meta, self.limits
+        width = len(self.handle.schema_arrow.names)
+        if meta.num_rows > limits.rows or width > limits.columns:
+            raise DataError(
+                f"{self.path}: {meta.num_rows:,} rows x {width:,} "
+                f"columns, over the limit of {limits.rows:,} rows and {limits.columns:,} "
+                "columns for a benchmark file; split the file or keep only the questions you "
+                "want to score.")
+        leaves = {name: _leaf_indices(meta, name) for name in self.columns}
+        # Per (row group, column): the pages' uncompressed size or the values' count times
+        # their width, whichever is more. What it decodes to, unless it amplifies (then
+        # it is at least that, and measured below).
+        estimate: dict[tuple[int, str], int] = {}
+        measure: list[tuple[int, str]] = []
+        for group in range(meta.num_row_groups):
+            row_group = meta.row_group(group)
+            for name, indices in leaves.items():
+                chunks = [row_group.column(i) for i in indices]
+                estimate[group, name] = max(
+                    sum(c.total_uncompressed_size for c in chunks),
+                    sum(c.num_values * _value_width(meta, i)
+                        for c, i in zip(chunks, indices, strict=True)))
+                if any("DELTA_BYTE_ARRAY" in c.encodings for c in chunks):
+                    # each value may repeat any prefix of the one before, so a few bytes can
+                    # stand for gigabytes, and arrow cannot read it as a dictionary to count
+                    raise DataError(
+                        f"{self.path}: the column {name} stores text as DELTA_BYTE_ARRAY, "
+                        "whose decoded size cannot be measured before it is decoded; write "
+                        "the file again with pandas or pyarrow's default settings, or as a "
+                        ".jsonl file.")
+                if any(_amplifies(c) for c in chunks):
+                    measure.append((group, name))
+        counted = sum(estimate.values())
+        if counted > limits.decoded_bytes:  # refused from the metadata: nothing was read
+            raise self.too_big(counted)
+        text = [meta.schema.column(i).path for indices in leaves.values() for i in indices
+                if _is_text_leaf(meta, i)]
+        pool = pa.default_memory_pool()
+        try:
+            as_dictionary = pq.ParquetFile(self.path, read_dictionary=text,
+                                           **_READ_OPTIONS) if measure else None
+            for group, name in measure:
+                column = as_dictionary.read_row_group(group, columns=[name],
+                                                      use_threads=False).column(0)
+                counted += decoded_nbytes(column) - estimate[group, name]
+                # Freed, and handed back to the OS, before the next chunk is read: arrow's
+                # allocator otherwise keeps ~35 MB of freed blocks a read.
+                del column
+                pool.release_unused()
+                if counted > limits.decoded_bytes:
+                    raise self.too_big(counted)
+        except (pa.ArrowException, OSError) as error:
+            raise self.damaged(error) from None
+        finally:
+            pool.release_unused()
+
+    def batches(self) -> Iterator[Any]:
+        """Step 3 (after `check`): plain record batches, counted as they are decoded."""
+        import pyarrow as pa
+
+        if not self.columns:
+            return
+        # A column stored as an arrow dictionary comes back as one whatever is asked, its
+        # dictionary rebuilt for every batch: one batch per row group builds it once.
+        rows = self.limits.batch_rows
+        if any(_has_dictionary(f.type) for f in self.schema):
+            rows = max([rows] + [self.meta.row_group(g).num_rows
+                                 for g in range(self.meta.num_row_groups)])
+        counted = 0
+        try:
+            for batch in self.handle.iter_batches(batch_size=rows, columns=self.columns,
+                                                  use_threads=False):
+                if not batch.schema.equals(self.plain, check_metadata=False):
+                    batch = batch.cast(self.plain)
+                counted += batch.nbytes
+                if counted > self.limits.decoded_bytes:
+                    raise self.too_big(counted)
+                yield batch
+        except (pa.ArrowException, OSError) as error:
+            raise self.damaged(error) from None
+
+
+def iter_parquet_records(path: Path, wanted: Iterable[str],
+                         limits: ParquetLimits = ParquetLimits()) -> Iterator[dict[str, Any]]:
+    """The `wanted` columns of a parquet file, one plain dict per row, or a DataError that
+    names the file and the limit it breaks (raised before the first row when the metadata
+    or the measured sizes break it). Rows are decoded a batch at a time and turned into
+    Python values at once, so the arrow side holds one batch, never the file."""
+    guard = _ParquetGuard(path, wanted, limits)
+    guard.check()
+    for batch in guard.batches():
+        yield from batch.to_pylist()
+
+
 def read_parquet_guarded(path: Path, wanted: Iterable[str],
                          limits: ParquetLimits = ParquetLimits()) -> Any:
     """The `wanted` columns of a parquet file as a pandas DataFrame, or a DataError that
-    names the file and the limit it breaks.
-
-    Checked in order, each before the next costs memory: rows and columns (the metadata);
-    the pages' uncompressed size (the metadata: bounds plainly encoded values); then, reading
-    text as dictionaries in small batches, the decoded size of every row (a running total)."""
+    names the file and the limit it breaks (the checks of `iter_parquet_records`)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    wanted = set(wanted)
-    try:
-        schema = pq.read_schema(path)
-        meta = pq.read_metadata(path)
-    except (pa.ArrowException, OSError) as error:
-        raise DataError(f"{path}: not a parquet file ({error}); pass a .parquet written by "
-                        "pandas or pyarrow, or a .jsonl file.") from None
-    if meta.num_rows > limits.rows or len(schema.names) > limits.columns:
-        raise DataError(
-            f"{path}: {meta.num_rows:,} rows x {len(schema.names):,} columns, over the limit of "
-            f"{limits.rows:,} rows and {limits.columns:,} columns for a benchmark file; split "
-            "the file or keep only the questions you want to score.")
-    columns = [name for name in schema.names if name in wanted]
-    limit_text = f"{limits.decoded_bytes / 2**20:.0f} MB"
-
-    def too_big() -> DataError:
-        return DataError(
-            f"{path}: the columns {', '.join(columns)} expand to over {limit_text} in memory "
-            f"(the limit for a benchmark file; the file is {path.stat().st_size / 2**20:.2f} MB "
-            "compressed); split the file or shorten its records.")
-
-    pages = sum(meta.row_group(g).column(c).total_uncompressed_size
-                for g in range(meta.num_row_groups) for c in range(meta.num_columns)
-                if meta.row_group(g).column(c).path_in_schema.split(".")[0] in wanted)
-    if pages > limits.decoded_bytes:
-        raise too_big()
-    text = [leaf for name in columns for leaf in _text_leaves(schema.field(name).type, name)]
-    batches, decoded = [], 0
-    try:
-        handle = pq.ParquetFile(path, read_dictionary=text)
-        for batch in handle.iter_batches(batch_size=1024, columns=columns):
-            decoded += sum(decoded_nbytes(column) for column in batch.columns)
-            if decoded > limits.decoded_bytes:
-                raise too_big()
-            batches.append(batch)
-        schema = pa.schema([handle.schema_arrow.field(name) for name in columns])
-        table = pa.Table.from_batches(batches, schema=schema)
-        plain = pa.schema([field.with_type(_plain_type(field.type)) for field in table.schema])
-        table = table.cast(plain)
-    except (pa.ArrowException, OSError) as error:
-        raise DataError(f"{path}: the parquet file is damaged ({error}); write it again.") from None
-    return table.to_pandas()
+    guard = _ParquetGuard(path, wanted, limits)
+    guard.check()
+    return pa.Table.from_batches(list(guard.batches()), schema=guard.plain).to_pandas()
 
 
 # ---------------------------------------------------------------------------- sources
@@ -422,12 +689,15 @@ def merged_question(record: Mapping[str, Any], index: int) -> Question:
     extra = record.get("extra_info") or {}
     local_index = extra.get("index", index) if isinstance(extra, dict) else index
     qid = record.get("id")
+    text, problem = _checked_question(str(question).strip(),
+                                      f"merged record {index} ({dataset})")
     return Question(
         id=str(qid if qid is not None else f"{dataset}_{local_index}"),
         dataset=dataset,
-        question=str(question).strip(),
+        question=text,
         golden_answers=_answers(golden, f"merged record {index} ({dataset})"),
         metadata=record.get("metadata") if isinstance(record.get("metadata"), dict) else {},
+        problem=problem,
     )
 
 
@@ -436,13 +706,19 @@ def load_merged(path: Path, name: str) -> list[Question]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"Merged parquet {path} does not exist.")
-    frame = read_parquet_guarded(path, MERGED_COLUMNS)
-    if "data_source" not in frame.columns:
+    guard = _ParquetGuard(path, MERGED_COLUMNS, ParquetLimits())
+    if "data_source" not in guard.columns:
         raise DataError(f"{path} has no data_source column; is it Search-R1's test.parquet?")
-    rows = frame[frame["data_source"] == name].to_dict("records")
+    guard.check()
+    rows, present = [], set()
+    for batch in guard.batches():  # the other sets' rows are dropped a batch at a time
+        for record in batch.to_pylist():
+            present.add(str(record.get("data_source")))
+            if record.get("data_source") == name:
+                rows.append(record)
     if not rows:
-        present = sorted(str(s) for s in frame["data_source"].unique())
-        raise DataError(f"{path} has no {name!r} rows (data sources: {', '.join(present)}).")
+        raise DataError(f"{path} has no {name!r} rows (data sources: "
+                        f"{', '.join(sorted(present))}).")
     return [merged_question(r, i) for i, r in enumerate(rows)]
 
 
@@ -479,7 +755,9 @@ def scorable(name: str, questions: list[Question]) -> tuple[list[Question], list
     seen: set[str] = set()
     kept, unanswerable, repeated = [], [], []
     for question in questions:
-        if not question.golden_answers:
+        # a record over a size limit has no answers read; it stays, to be recorded as an
+        # error that says what to fix, rather than vanish into this note
+        if not question.golden_answers and question.problem is None:
             unanswerable.append(question.id)
         elif question.id in seen:
             repeated.append(question.id)

@@ -15,7 +15,9 @@
 - `summary.json`, `summary.csv`, `summary.md`: written whole by `save_summary` (each via a
   temporary file and a rename, so a reader never sees half a file); stale once more results
   come in, so `prepare_run_dir` removes them.
-- `.evaluator.lock`: locked (`hold_run_dir`) by the one process writing the run.
+- `.evaluator.lock`: locked (`hold_run_dir`) by the one process writing the run. Only a
+  plain file holding a pid is taken as ours; a link or anything else under that name is
+  refused, never followed or emptied.
 
 Only these files are ever removed, only from a marked run directory, and only under names
 this module makes (`<dataset>.jsonl` for a plain dataset name, the summaries):
@@ -26,10 +28,12 @@ rules are one contract, which is why they live in one module.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -428,18 +432,63 @@ def apply_run_dir(plan: RunDirPlan) -> None:
                   json.dumps({**plan.settings, key: value}, indent=2) + "\n")
 
 
+# What the lock file holds once this module has written it: a pid and a newline (or nothing,
+# if a holder was killed between creating and writing it). Anything else is not ours.
+_LOCK_TEXT = re.compile(rb"\d{0,20}\n?")
+
+
+def _open_lock(path: Path) -> int:
+    """A descriptor on the lock file at `path`, created when missing; RunDirError, with
+    nothing changed, when the name holds anything but the plain file this module makes.
+
+    O_NOFOLLOW: a symbolic link at that name is refused, never followed, so the file it
+    points to is neither locked nor truncated. No O_TRUNC: a file is emptied only once it
+    is known to be ours, and locked. O_NONBLOCK: a FIFO there cannot hang the open."""
+    def not_ours(reason: str) -> RunDirError:
+        return RunDirError(f"{path} {reason}, so it is not the lock file this evaluator makes; "
+                           "nothing was changed. Move it away, or pass another --output.")
+
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP or path.is_symlink():
+            raise RunDirError(
+                f"{path} is a symbolic link, not the lock file this evaluator makes; it was "
+                "not followed and nothing was changed (the link and what it points to are "
+                "as they were). Remove the link, or pass another --output.") from None
+        if error.errno == errno.EISDIR:
+            raise not_ours("is not a regular file (a directory)") from None
+        raise RunDirError(f"cannot create {path} ({error.strerror or error}); pass an "
+                          "--output directory you can write to.") from None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise not_ours("is not a regular file")
+        if status.st_nlink != 1:  # a hard link: the same bytes live under another name
+            raise not_ours(f"has {status.st_nlink} names (a hard link to another file)")
+        if not _LOCK_TEXT.fullmatch(os.pread(descriptor, 64, 0)):
+            raise not_ours("holds something other than the pid this evaluator writes")
+        return descriptor
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 @contextmanager
 def hold_run_dir(run_dir: str | Path) -> Iterator[None]:
     """Hold `run_dir`'s lock (an exclusive `flock` on LOCK_FILE, created with the directory
     when missing) for the body; RunDirBusy naming the holder's pid when another process has
-    it. The OS drops the lock when its holder exits, however it exits; the file stays."""
+    it, RunDirError when that name holds something this module did not make (a link, a
+    directory, another file), which is left as it is. The OS drops the lock when its holder
+    exits, however it exits; the file stays."""
     run_dir = Path(run_dir)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as error:
         raise RunDirError(f"cannot create {run_dir / LOCK_FILE} ({error.strerror or error}); "
                           "pass an --output directory you can write to.") from None
+    descriptor = _open_lock(run_dir / LOCK_FILE)
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -449,7 +498,7 @@ def hold_run_dir(run_dir: str | Path) -> Iterator[None]:
                 f"another evaluator (pid {holder or 'unknown'}) is writing to {run_dir}; "
                 "nothing was changed. Wait for it to finish (or stop it), or pass another "
                 "--output.") from None
-        os.ftruncate(descriptor, 0)
+        os.ftruncate(descriptor, 0)  # ours (checked on this descriptor) and locked by us
         os.pwrite(descriptor, f"{os.getpid()}\n".encode("ascii"), 0)
         yield
     finally:

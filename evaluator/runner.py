@@ -7,7 +7,8 @@ at most the questions that were in flight. The run directory's files and rules a
 A run of consecutive errored questions (a retriever outage, a dead model server) stops the
 run with `RunStopped` instead of writing hundreds of error records: those questions are
 not scored, and running the same command again retries them. A question whose text cannot
-be encoded never reaches the model: it is recorded as an error of its own. A record that
+be encoded, or whose record is over a size limit (`Question.problem`), never reaches the
+model: it is recorded as an error of its own, and the questions beside it run. A record that
 cannot be written (a full disk) stops the run with `RunWriteError`.
 """
 
@@ -56,8 +57,8 @@ def encoding_problem(text: str) -> str | None:
 
 
 def unencodable_record(question: Question, problem: str) -> Record:
-    """The error record of a question that never reached the model, its text escaped so
-    the record itself can be written."""
+    """The error record of a question that never reached the model (its text cannot be
+    encoded, or it is over a size limit), its text escaped so the record can be written."""
     finished = Finished(stop_reason="error", turns=0, searches=0, new_tokens=0, seconds=0.0,
                         trajectory="", prompt="", error=problem)
     printable = question.question.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -91,7 +92,7 @@ def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentS
         for start in range(0, len(pending), batch_size):
             chunk, records = [], []
             for question in pending[start:start + batch_size]:
-                problem = encoding_problem(question.question)
+                problem = question.problem or encoding_problem(question.question)
                 if problem:
                     records.append(unencodable_record(question, problem))
                 else:

@@ -1,7 +1,8 @@
 """The evaluator against hostile or broken input and concurrent use: parquet files that
 expand when decoded, settings.json files that name paths outside the run, two writers on
-one run directory, questions that cannot be encoded, a full disk, a damaged results line,
-empty data files, non-string golden answers and an unreachable retriever."""
+one run directory, a lock file replaced by a link or another file, questions that cannot be
+encoded, a full disk, a damaged results line, empty data files, non-string golden answers
+and an unreachable retriever."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from evaluator.rundir import (
     RunDirError,
     check_run_dir,
     finished_ids,
+    hold_run_dir,
     load_run,
     prepare_run_dir,
 )
@@ -174,6 +176,82 @@ def test_the_lock_file_alone_does_not_make_a_directory_foreign(tmp_path):
     (out / LOCK_FILE).write_text("123\n")
     prepare_run_dir(out, {"model": "m", "datasets": ["nq"]})
     assert (out / "settings.json").is_file()
+
+
+def _enter(run_dir: Path) -> None:
+    with hold_run_dir(run_dir):
+        pass
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "hard link"])
+def test_a_lock_file_that_is_a_link_is_refused_and_what_it_points_to_is_kept(tmp_path, kind):
+    """Before, the lock was opened through the link and emptied: the user's file was
+    replaced by the evaluator's pid."""
+    run = tmp_path / "run"
+    run.mkdir()
+    target = tmp_path / "notes.txt"
+    if kind != "dangling symlink":
+        target.write_text("mine\n")
+    if kind == "hard link":
+        os.link(target, run / LOCK_FILE)
+    else:
+        (run / LOCK_FILE).symlink_to(target)
+    message = r"is a symbolic link, not the lock file this evaluator makes; it was not " \
+        r"followed and nothing was changed" if "symlink" in kind else \
+        r"has 2 names \(a hard link to another file\), so it is not the lock file"
+    with pytest.raises(RunDirError, match=message):
+        _enter(run)
+    if kind == "dangling symlink":
+        assert not target.exists()  # not created through the link either
+    else:
+        assert target.read_text() == "mine\n"
+    assert (run / LOCK_FILE).is_symlink() == ("symlink" in kind)
+
+
+@pytest.mark.parametrize("kind", ["directory", "someone's file", "fifo"])
+def test_a_lock_name_holding_something_else_is_left_as_it_is(tmp_path, kind):
+    run = tmp_path / "run"
+    run.mkdir()
+    lock = run / LOCK_FILE
+    if kind == "directory":
+        lock.mkdir()
+        (lock / "inside").write_text("mine\n")
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.write_text("my notes, not a pid\n")
+    reason = {"directory": "is not a regular file", "fifo": "is not a regular file",
+              "someone's file": "holds something other than the pid this evaluator writes"}
+    with pytest.raises(RunDirError, match=rf"{LOCK_FILE} {reason[kind]}.*nothing was changed"):
+        _enter(run)
+    if kind == "directory":
+        assert (lock / "inside").read_text() == "mine\n"
+    elif kind == "someone's file":
+        assert lock.read_text() == "my notes, not a pid\n"
+    else:
+        assert lock.is_fifo()
+
+
+def test_a_lock_this_evaluator_wrote_is_taken_again(tmp_path):
+    run = tmp_path / "run"
+    _enter(run)
+    assert (run / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    (run / LOCK_FILE).write_text("")  # a holder killed between creating and writing it
+    _enter(run)
+    assert (run / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+
+
+def test_a_symlinked_lock_through_the_cli_is_exit_2_and_changes_nothing(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    (out / LOCK_FILE).symlink_to(target)
+    done = _cli("--datasets", "nq", "--data-dir", str(_data(tmp_path / "D")), "--model", "nano",
+                "--output", str(out))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert f"{out / LOCK_FILE} is a symbolic link" in done.stderr
+    assert target.read_text() == "mine\n" and sorted(p.name for p in out.iterdir()) == [LOCK_FILE]
 
 
 # ---------------------------------------------------------------------------- questions
