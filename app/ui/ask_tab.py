@@ -12,7 +12,13 @@ import gradio as gr
 from app.ui import inputs
 from app.ui import transcript as fold
 from app.ui.context import CORPUS_EXAMPLES, Studio, session_of
-from app.ui.controls import settings_from_controls, validate_question
+from app.ui.controls import (
+    Reading,
+    RunButton,
+    reading_check,
+    settings_from_controls,
+    validate_question,
+)
 from app.ui.examples import examples_score
 from app.ui.exports import remove_exports, write_exports
 from app.ui.model_pool import run_model, status_markdown
@@ -26,6 +32,8 @@ BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may l
 ]
 ASK_SLOTS = ("ask",)
 EMPTY_STATS = "No question asked yet."
+ASK_LABEL = "Ask"
+ASK_BUSY = "Running… (Stop to ask another)"
 
 
 def token_counter(studio: Studio, model: str) -> Callable[[str], int] | None:
@@ -53,7 +61,8 @@ class AskTab:
                     self.question = gr.Textbox(label="Question", placeholder="Who directed "
                                                "2001: A Space Odyssey?", scale=5, max_lines=4,
                                                elem_id="ask-question")
-                    self.ask = gr.Button("Ask", variant="primary", scale=1, elem_id="ask-button")
+                    self.ask = gr.Button(ASK_LABEL, variant="primary", scale=1,
+                                         elem_id="ask-button")
                     self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                                  elem_id="ask-stop")
                     self.clear_button = gr.Button("Clear", scale=1, elem_id="ask-clear")
@@ -95,6 +104,10 @@ class AskTab:
         problem = validate_question(question_text)
         if problem is None and not model_id:
             problem = "Please pick a model."
+        reading = Reading()
+        if problem is None:  # before any model loads or runs: its tokenizer alone decides
+            reading = reading_check(question_text, model_id, studio.pool)
+            problem = reading.refusal
         if problem:
             yield {self.chatbot: [fold.note(problem)]}
             return
@@ -104,6 +117,8 @@ class AskTab:
         cancel = handles[0]
         transcript = fold.Transcript()
         asked = [fold.question_message(question_text)]
+        if reading.warning:
+            asked.append(fold.note(reading.warning))
         exported: list[str] = []
         try:
             yield {self.chatbot: asked, self.stats: "Starting…", self.raw: "",
@@ -156,15 +171,20 @@ class AskTab:
         limits = {"concurrency_id": "agent", "concurrency_limit": self.studio.concurrency}
         fields = [self.question, self.model, *self.studio.decoding.components]
         outputs = [self.chatbot, self.stats, self.raw, self.export, self.model_status]
-        asked = self.ask.click(self.run, fields, outputs, api_name="ask", **limits)
-        submitted = self.question.submit(self.run, fields, outputs, api_visibility="private",
-                                         **limits)
+        button = RunButton(self.ask, ASK_LABEL, ASK_BUSY, "A question is running: press "
+                           "Stop to ask another (or wait for its answer).")
+        asked = button.guard(self.ask.click, self.run, fields, outputs, api_name="ask",
+                             **limits)
+        submitted = button.guard(self.question.submit, self.run, fields, outputs,
+                                 api_visibility="private", **limits)
         runs = [asked, submitted]
         for examples in self.examples:  # a click on an example asks it
-            runs.append(examples.load_input_event.then(
-                self.run, fields, outputs, api_visibility="private", **limits))
+            runs.append(button.guard(examples.load_input_event.then, self.run, fields,
+                                     outputs, api_visibility="private", **limits))
+        # Stop brings the button back itself: a cancelled run may not reach its own `then`.
         self.stop_button.click(self.stop, None, None, queue=False, api_name="stop").then(
-            None, None, None, cancels=runs)
+            None, None, None, cancels=runs).then(button.idle, None, self.ask, queue=False,
+                                                 api_visibility="private")
         self.clear_button.click(self.clear, None, [self.chatbot, self.stats, self.raw,
                                                    self.export],
                                 queue=False, api_visibility="private")

@@ -13,11 +13,13 @@ from agent.models import label
 from app.ui import inputs
 from app.ui import transcript as fold
 from app.ui.context import Studio, session_of
-from app.ui.controls import settings_from_controls, validate_question
+from app.ui.controls import RunButton, reading_check, settings_from_controls, validate_question
 from app.ui.model_pool import run_model
 from app.ui.run_registry import pump
 
 COMPARE_SLOTS = ("compare-a", "compare-b")
+COMPARE_LABEL = "Compare"
+COMPARE_BUSY = "Running… (Stop to compare again)"
 
 
 def comparison_table(models: Sequence[str], transcripts: Sequence[fold.Transcript]) -> str:
@@ -26,7 +28,8 @@ def comparison_table(models: Sequence[str], transcripts: Sequence[fold.Transcrip
     for model, transcript in zip(models, transcripts, strict=True):
         stats = transcript.stats()
         rows["Model"].append(fold.escape(label(model)))
-        rows["Answer"].append(fold.escape(stats.answer) if stats.answer is not None else "–")
+        # Folded as in the chats: "2" and 485 zeros reads "2 [0 × 485]", not a page-wide row.
+        rows["Answer"].append(fold.shown(stats.answer) if stats.answer is not None else "–")
         rows["Searches"].append(str(stats.searches))
         rows["Tokens"].append(str(stats.tokens))
         rows["Time"].append(f"{stats.seconds:.1f} s")
@@ -47,7 +50,7 @@ class CompareTab:
         with gr.Row():
             self.question = gr.Textbox(label="Question", scale=5, elem_id="compare-question",
                                        value=studio.first_example())
-            self.go = gr.Button("Compare", variant="primary", scale=1,
+            self.go = gr.Button(COMPARE_LABEL, variant="primary", scale=1,
                                 elem_id="compare-button")
             self.stop_button = gr.Button("Stop", variant="stop", scale=1,
                                          elem_id="compare-stop")
@@ -83,6 +86,13 @@ class CompareTab:
         if not problem:  # an empty name would load "." (the working directory) as a model
             messages = [[] if m else [fold.note(f"Please pick model {side}.")]
                         for m, side in zip(models, "AB", strict=True)]
+        readings = [reading_check(question_text, m, studio.pool) if m and not problem
+                    else None for m in models]
+        if not any(messages) and any(r and r.refusal for r in readings):
+            # Neither runs: a comparison with one side unable to read the question is none.
+            messages = [[fold.note(r.refusal)] if r and r.refusal else
+                        [fold.note(f"Not run: model {other} cannot read the question.")]
+                        for r, other in zip(readings, "BA", strict=True)]
         if any(messages):
             yield {self.chats[0]: messages[0], self.chats[1]: messages[1],
                    self.stats[0]: "", self.stats[1]: "", self.table: ""}
@@ -93,6 +103,7 @@ class CompareTab:
         cancel = handles[0][0]
         transcripts = [fold.Transcript(), fold.Transcript()]
         asked = [fold.question_message(question_text)]
+        notes = [[fold.note(r.warning)] if r and r.warning else [] for r in readings]
         try:
             streams = {str(i): run_model(studio.pool, m, question_text, studio.retriever,
                                          settings, handles[i][0])
@@ -101,9 +112,9 @@ class CompareTab:
                 for name, event in batch:
                     transcripts[int(name)].apply(event)
                 update = {self.table: comparison_table(models, transcripts)}
-                for chat, stats, transcript in zip(self.chats, self.stats, transcripts,
-                                                   strict=True):
-                    update[chat] = asked + transcript.messages
+                for chat, stats, transcript, note in zip(self.chats, self.stats, transcripts,
+                                                         notes, strict=True):
+                    update[chat] = asked + note + transcript.messages
                     update[stats] = transcript.stats().line()
                 yield update
         finally:
@@ -125,12 +136,17 @@ class CompareTab:
         for picker, info in zip(self.models, self.infos, strict=True):
             picker.change(self.model_changed(info), picker, info, queue=False,
                           api_visibility="private")
-        event = self.go.click(self.run, [self.question, *self.models,
-                                         *self.studio.decoding.components],
-                              [*self.chats, *self.stats, self.table], api_name="compare",
-                              concurrency_id="agent", concurrency_limit=self.studio.concurrency)
+        button = RunButton(self.go, COMPARE_LABEL, COMPARE_BUSY, "A comparison is running: "
+                           "press Stop to compare again (or wait for both answers).")
+        event = button.guard(self.go.click, self.run, [self.question, *self.models,
+                                                       *self.studio.decoding.components],
+                             [*self.chats, *self.stats, self.table], api_name="compare",
+                             concurrency_id="agent", concurrency_limit=self.studio.concurrency)
+        # Stop brings the button back itself: a cancelled run may not reach its own `then`.
         self.stop_button.click(self.stop, None, None, queue=False,
-                               api_name="compare_stop").then(None, None, None, cancels=[event])
+                               api_name="compare_stop").then(
+            None, None, None, cancels=[event]).then(button.idle, None, self.go, queue=False,
+                                                    api_visibility="private")
 
 
 def mount(studio: Studio) -> None:

@@ -16,6 +16,31 @@ from app.ui.model_pool import BackendFactory, ModelPool
 MAX_FILE_SIZE = "200mb"  # uploads (training logs); passed to launch()
 EXPORT_CACHE_LIFETIME = (3600, 86400)  # Gradio's delete_cache: (every s, older than s)
 TABS = (ask_tab, compare_tab, evaluate_tab, curves_tab)  # each has `mount(studio)`
+_FONTS = "static/fonts"  # Gradio serves its bundled fonts here (its own CSS uses this path)
+# Gradio ships SourceSansPro-SemiBold.woff2 and IBMPlexMono-SemiBold.woff2 as subsets of 55
+# and 75 glyphs (the space, "A", "B", some Cyrillic): weight-600 text (the page title,
+# labels, bold Markdown, table headers) took its "A" from Source Sans and every other letter
+# from a fallback font ("Search-Agent" with an odd "A"), and bold monospace fell back to a
+# wider font. The studio's own families use the full Regular and Bold files for every
+# weight. Table headers use the proportional one: a column sized for its values then fits
+# its header's words whole ("likelihood peak step" broke as "likelihoo d").
+STUDIO_CSS = f"""
+@font-face {{ font-family: "Studio Sans"; font-weight: 100 500; font-style: normal;
+  src: url("{_FONTS}/SourceSansPro/SourceSansPro-Regular.woff2") format("woff2"); }}
+@font-face {{ font-family: "Studio Sans"; font-weight: 501 900; font-style: normal;
+  src: url("{_FONTS}/SourceSansPro/SourceSansPro-Bold.woff2") format("woff2"); }}
+@font-face {{ font-family: "Studio Mono"; font-weight: 100 500; font-style: normal;
+  src: url("{_FONTS}/IBMPlexMono/IBMPlexMono-Regular.woff2") format("woff2"); }}
+@font-face {{ font-family: "Studio Mono"; font-weight: 501 900; font-style: normal;
+  src: url("{_FONTS}/IBMPlexMono/IBMPlexMono-Bold.woff2") format("woff2"); }}
+:root, .gradio-container {{
+  --font: "Studio Sans", ui-sans-serif, system-ui, sans-serif !important;
+  --font-mono: "Studio Mono", ui-monospace, Consolas, monospace !important;
+}}
+.gradio-container table th, .gradio-container table th .header {{
+  font-family: var(--font); overflow-wrap: break-word; word-break: normal;
+}}
+"""
 
 
 def build_app(backend_factory: BackendFactory, retriever, *,
@@ -55,6 +80,7 @@ def build_app(backend_factory: BackendFactory, retriever, *,
 
 def launch_options(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False,
                    **extra) -> dict:
-    """Keyword arguments for `demo.launch`: loopback by default, the upload size limit."""
+    """Keyword arguments for `demo.launch`: loopback by default, the upload size limit, the
+    studio's CSS (Gradio 6 takes it at launch)."""
     return {"server_name": host, "server_port": port, "share": share,
-            "max_file_size": MAX_FILE_SIZE, **extra}
+            "max_file_size": MAX_FILE_SIZE, "css": STUDIO_CSS, **extra}

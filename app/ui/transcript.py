@@ -7,17 +7,26 @@ time) holding the documents, invalid actions marked, the answer a bubble of its 
 Everything the user, the model or the corpus wrote goes through `escape`: a `<search>` or
 a document's `<script>` shows as text whatever the chatbot's `allow_tags` says, and a
 Markdown image shows as written instead of being fetched by the visitor's browser.
+
+Two things a newcomer could not read are made readable here, in the one renderer the Ask
+and Compare tabs share: a degenerate run of one repeated character or token (a small model
+can write "2" and then 485 zeros) is folded to "[0 × 485]" (`shown`; the raw text view keeps
+every character), and a search panel says which documents the model really read, since the
+observation is cut at `AgentSettings.max_obs_tokens` tokens as Search-R1 cuts it
+(`observation_cut`).
 """
 
 from __future__ import annotations
 
 import html
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent import protocol
 from agent.events import (
     AnswerGiven,
     DocumentsReturned,
@@ -28,6 +37,7 @@ from agent.events import (
     TextDelta,
     TurnStarted,
 )
+from agent.loop import AgentSettings
 from agent.models import label
 from app.ui.model_pool import ModelStatus
 
@@ -39,6 +49,19 @@ DOC_PREVIEW_CHARS = 700  # the panel shows a preview; the raw view has every cha
 ATTRIBUTION = ("Documents: text from [Wikipedia](https://en.wikipedia.org/), licensed "
                "[CC BY-SA 4.0](https://creativecommons.org/licenses/by-sa/4.0/).")
 
+# The observation cut the agent applies (the studio never changes it): named in the panel.
+OBSERVATION_TOKENS = AgentSettings().max_obs_tokens
+CUT_REASON = (f"the observation is cut at {OBSERVATION_TOKENS} tokens, as Search-R1 does")
+
+# A run of one unit (a character or a short token, up to REPEAT_UNIT characters) repeated
+# REPEAT_MIN times or more is folded. 20 is far above what prose repeats ("!!!", "...",
+# a row of dashes is usually shorter) and far below the hundreds a degenerate turn writes.
+REPEAT_MIN = 20
+REPEAT_UNIT = 16
+# Lazy unit: the shortest one that repeats ("0", not "00"); DOTALL: "\n" can be in a unit.
+_REPEAT = re.compile(rf"(.{{1,{REPEAT_UNIT}}}?)\1{{{REPEAT_MIN - 1},}}", re.DOTALL)
+_MARKDOWN_PUNCTUATION = set("\\`*_{}[]()#+-.!|~\"'$")
+
 _TAG = re.compile(r"<(/?)(think|search|answer)>")
 _TAG_NAMES = ("think", "search", "answer")
 
@@ -48,6 +71,49 @@ def escape(text: str) -> str:
     and no image. `![alt](url)` (or `![alt][ref]`) would make every visitor's browser fetch
     the url; with its bracket escaped it shows as written."""
     return html.escape(text, quote=False).replace("![", "!\\[")
+
+
+def _literal(unit: str) -> str:
+    """A repeated unit as literal Markdown inside the fold marker: HTML-escaped and every
+    Markdown punctuation mark backslash-escaped, so `*`, `[` or `|` show as themselves."""
+    return "".join(html.escape(c, quote=False) if c in "&<>"
+                   else "\\" + c if c in _MARKDOWN_PUNCTUATION else c for c in unit)
+
+
+def fold_repeats(text: str) -> list[str | tuple[str, int]]:
+    """`text` as pieces: plain strings, and (unit, count) for each run of one unit repeated
+    at least REPEAT_MIN times. A unit of whitespace alone is left as text: Markdown already
+    shows a run of spaces or blank lines as one."""
+    pieces: list[str | tuple[str, int]] = []
+    pos = 0
+    for match in _REPEAT.finditer(text):
+        unit = match.group(1)
+        if not unit.strip():
+            continue
+        if match.start() > pos:
+            pieces.append(text[pos:match.start()])
+        # The backreference repeats whole units: the match is an exact multiple of one.
+        pieces.append((unit, len(match.group(0)) // len(unit)))
+        pos = match.end()
+    if pos < len(text):
+        pieces.append(text[pos:])
+    return pieces
+
+
+def shown(text: str) -> str:
+    """Model text as `escape` makes it, with each long run of a repeated unit folded to a
+    bold "[0 × 485]" (the unit, stripped, and how many times it was written): the text
+    stays readable and the count says what the model did."""
+    out = []
+    for piece in fold_repeats(text):
+        if isinstance(piece, str):
+            out.append(escape(piece))
+            continue
+        unit, count = piece
+        before = " " if out and not out[-1][-1:].isspace() else ""
+        # A space after, so the closing ** is read as closing whatever follows it.
+        out.append(f"{before}**\\[{_literal(unit.strip())} × {count}\\]** ")
+    return "".join(out)
 
 
 def question_message(question: str) -> Message:
@@ -110,15 +176,82 @@ def split_turn(text: str, streaming: bool = False) -> list[TurnPart]:
 
 
 # Pieces ---------------------------------------------------------------------------------
-def documents_markdown(docs: list, preview: int = DOC_PREVIEW_CHARS) -> str:
+def observation_cut(docs: list, rendered: str) -> list[int] | None:
+    """How much of each document's text the model read, in characters, when the observation
+    it was shown (`rendered`, `DocumentsReturned.rendered`) is a cut of the full one; None
+    when it read everything, or when `rendered` is not a cut of the protocol's observation
+    of these documents (another format: then nothing is claimed).
+
+    The loop cuts the observation at `max_obs_tokens` tokens and decodes what it keeps, so a
+    cut observation is a prefix of the full one (ending, at most, in U+FFFD where the cut
+    split a character's bytes). The full one is rebuilt with the protocol's own functions.
+    """
+    contents = [doc.contents for doc in docs]
+    full = protocol.observation(protocol.render_documents(contents))
+    if not docs or rendered == full or len(rendered) >= len(full):
+        return None
+    keep = len(os.path.commonprefix([full, rendered]))
+    if rendered[keep:].strip("\ufffd"):
+        return None
+    head = protocol.observation("").index("</information>")  # "\n\n<information>"
+    read = []
+    for i, doc in enumerate(docs):
+        # Doc i's text ends just before the "\n" that ends its rendered piece.
+        end = head + len(protocol.render_documents(contents[:i + 1])) - 1
+        start = end - len(doc.text)
+        read.append(min(max(keep - start, 0), len(doc.text)))
+    return read
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def read_summary(docs: list, read: list[int] | None) -> str:
+    """The panel's one-line log: how many documents came back, and how many the model read
+    when the observation was cut ("3 documents · the model read 2 and part of the 3rd")."""
+    count = f"{len(docs)} document" + ("" if len(docs) == 1 else "s")
+    if read is None:
+        return count
+    whole = sum(r == len(d.text) for d, r in zip(docs, read, strict=True))
+    part = next((i for i, (d, r) in enumerate(zip(docs, read, strict=True))
+                 if 0 < r < len(d.text)), None)
+    if part is None:
+        return f"{count} · the model read {whole}"
+    if whole == 0:
+        return f"{count} · the model read part of the {_ordinal(part + 1)}"
+    return f"{count} · the model read {whole} and part of the {_ordinal(part + 1)}"
+
+
+def _preview(text: str, preview: int) -> str:
+    return text[:preview].rstrip() + " …" if len(text) > preview else text
+
+
+def documents_markdown(docs: list, preview: int = DOC_PREVIEW_CHARS,
+                       read: list[int] | None = None) -> str:
+    """The documents as the search panel shows them: title, score, a preview of the text.
+    With `read` (from `observation_cut`), what the model did not read is marked: where the
+    cut fell in a document, and the documents after it as not seen."""
     if not docs:
         return "_No documents returned._"
     parts = []
-    for i, doc in enumerate(docs, 1):
-        text = doc.text.strip()
-        if len(text) > preview:
-            text = text[:preview].rstrip() + " …"
-        parts.append(f"**{i}. {escape(doc.title)}** · score {doc.score:.2f}\n\n{escape(text)}")
+    if read is not None:
+        parts.append(f"_The model read only part of these documents: {CUT_REASON}. What it "
+                     "did not read is marked below._")
+    for i, (doc, seen) in enumerate(zip(docs, read or [None] * len(docs), strict=True), 1):
+        header = f"**{i}. {escape(doc.title)}** · score {doc.score:.2f}"
+        text = doc.text
+        if seen is None or seen == len(text):
+            parts.append(f"{header}\n\n{escape(_preview(text.strip(), preview))}")
+        elif seen == 0:
+            parts.append(f"{header} · **not seen by the model** ({CUT_REASON})\n\n"
+                         f"{escape(_preview(text.strip(), preview))}")
+        else:
+            # All it read (the marker must show), then a preview of the rest.
+            parts.append(f"{header} · **read in part** (cut where marked)\n\n"
+                         f"{escape(text[:seen].lstrip())} **\\[cut here: the model read no "
+                         f"further\\]** {escape(_preview(text[seen:].rstrip(), preview))}")
     return "\n\n".join(parts)
 
 
@@ -128,15 +261,16 @@ class _Search:
     state: str = "written"  # written (tag closed), running, done, skipped
     docs: list = field(default_factory=list)
     seconds: float = 0.0
+    read: list[int] | None = None  # characters of each document the model read, when cut
 
 
 def _search_message(query: str, search: _Search | None, closed: bool) -> Message:
-    title = f"Search: {escape(query.strip())}" if query.strip() else "Search"
+    title = f"Search: {shown(query.strip())}" if query.strip() else "Search"
     metadata: dict[str, Any] = {"title": title, "status": "pending"}
     if search is not None and search.state == "done":
         metadata.update(status="done", duration=round(search.seconds, 3),
-                        log=f"{len(search.docs)} documents")
-        content = documents_markdown(search.docs)
+                        log=read_summary(search.docs, search.read))
+        content = documents_markdown(search.docs, read=search.read)
     elif search is not None and search.state == "skipped":
         metadata["status"] = "done"
         content = "_Not run: the closing round has no retrieval._"
@@ -153,14 +287,14 @@ def _search_message(query: str, search: _Search | None, closed: bool) -> Message
 
 def part_message(part: TurnPart, search: _Search | None = None) -> Message:
     if part.kind == "think":
-        return {"role": "assistant", "content": escape(part.text.strip()) or "…",
+        return {"role": "assistant", "content": shown(part.text.strip()) or "…",
                 "metadata": {"title": THOUGHT_TITLE,
                              "status": "done" if part.closed else "pending"}}
     if part.kind == "search":
         return _search_message(part.text, search, part.closed)
     if part.kind == "answer":
-        return {"role": "assistant", "content": ANSWER_PREFIX + escape(part.text.strip())}
-    return {"role": "assistant", "content": escape(part.text.strip())}
+        return {"role": "assistant", "content": ANSWER_PREFIX + shown(part.text.strip())}
+    return {"role": "assistant", "content": shown(part.text.strip())}
 
 
 _ENDINGS = {
@@ -258,6 +392,7 @@ class Transcript:
                 self._search = _Search(event.query)
             self._search.state, self._search.docs = "done", list(event.docs)
             self._search.seconds = event.seconds
+            self._search.read = observation_cut(self._search.docs, event.rendered)
             self._close_turn()
         elif isinstance(event, InvalidAction):
             self._end_turn_clock()
