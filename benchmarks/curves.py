@@ -6,7 +6,12 @@
    Target: under 2 s for the 200k lines.
 2. Building the figures for 2 runs x 1,000 steps x 60 metrics (phase analysis included) vs
    a naive `plotly.express.line` per metric on a long table.
-3. Memory (`--memory`): a generated ~190 MB verl console log (`--log-mb`) through
+3. Sparse keys: JSON lines where every row brings a key of its own (5,000 rows, 0.27 MB):
+   peak RSS and seconds of `read_log`, which keeps logged values as cells and the table
+   within its budget, vs the naive dense table (`pd.DataFrame.from_dict` of the rows),
+   each in a fresh process; then `read_log` alone on 15,000 such rows (0.83 MB), whose
+   dense table would be 15,000 x 15,001 float64 (1.8 GB).
+4. Memory (`--memory`): a generated ~190 MB verl console log (`--log-mb`) through
    `analyze_uploads` and the HTML report, each in a fresh process: peak RSS, report size and
    the figures' JSON (what the UI sends the browser), with every trace bounded to
    MAX_POINTS vs every point drawn. Then a 0.24 MB parquet that expands to
@@ -199,6 +204,62 @@ print(json.dumps({"peak_mb": peak_mb(), "start_mb": before, "outcome": outcome})
 """
 
 
+# Sparse keys, in a fresh process each: ours (cells, bounded table) or the dense table.
+_SPARSE = _PEAK + """
+import json, sys, time
+import pandas  # imported by both ways: the start line includes it
+before = peak_mb()
+start = time.perf_counter()
+if sys.argv[2] == "ours":
+    from curves.parse import read_log
+    parsed = read_log(sys.argv[1])
+    shape = parsed.runs[0].table.shape
+else:
+    rows = {}
+    for line in open(sys.argv[1], encoding="utf-8"):
+        record = json.loads(line)
+        rows[record.pop("step")] = record
+    shape = pandas.DataFrame.from_dict(rows, orient="index").shape
+print(json.dumps({"peak_mb": peak_mb(), "start_mb": before, "seconds":
+                  time.perf_counter() - start, "shape": list(shape)}))
+"""
+
+
+def write_sparse_jsonl(path: Path, rows: int) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            handle.write(json.dumps({"step": i, "critic/score/mean": 0.5, f"k{i}": 1.0}) + "\n")
+
+
+def bench_sparse(folder: Path) -> None:
+    path = folder / "synthetic-sparse.jsonl"
+    write_sparse_jsonl(path, 5_000)
+    print(f"sparse keys: {path.stat().st_size / 2**20:.2f} MB of JSON lines, 5,000 rows, a new "
+          "key on each (SYNTHETIC), each way in a fresh process")
+    results = {mode: _child(_SPARSE, str(path), mode) for mode in ("ours", "dense")}
+    for mode, r in results.items():
+        if "error" in r:
+            print(f"  {mode:5}: failed ({r['error']})")
+            continue
+        print(f"  {mode:5}: peak RSS {r['peak_mb']:,.0f} MB (start {r['start_mb']:,.0f} MB); "
+              f"{r['seconds']:.2f} s; table {r['shape'][0]:,} x {r['shape'][1]:,}")
+    ours, dense = results["ours"], results["dense"]
+    if "error" not in ours and "error" not in dense:
+        grown = [(r["peak_mb"] - r["start_mb"]) for r in (ours, dense)]
+        print(f"  ratio dense/ours: peak RSS {dense['peak_mb'] / ours['peak_mb']:.1f}x "
+              f"(above start {grown[1] / max(grown[0], 1):.0f}x), time "
+              f"{dense['seconds'] / ours['seconds']:.1f}x")
+    write_sparse_jsonl(path, 15_000)
+    r = _child(_SPARSE, str(path), "ours")
+    if "error" in r:
+        print(f"  ours, 15,000 rows: failed ({r['error']})")
+    else:
+        print(f"  ours, 15,000 rows ({path.stat().st_size / 2**20:.2f} MB): peak RSS "
+              f"{r['peak_mb']:,.0f} MB; {r['seconds']:.2f} s; table {r['shape'][0]:,} x "
+              f"{r['shape'][1]:,} (the dense table would need 1.8 GB)")
+    path.unlink()
+
+
 def _child(code: str, *args: str) -> dict:
     done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True,
                           text=True, check=False)
@@ -266,6 +327,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         bench_parse(Path(tmp))
         bench_figures()
+        bench_sparse(Path(tmp))
         if args.memory:
             bench_memory(Path(tmp), args.log_mb)
 

@@ -7,6 +7,11 @@ do; lines that fail to parse are counted and reported instead of aborting the fi
 
 Format detection and the readers live together because they share the step-segment
 builder, the console-line patterns, the size guards and the error wording.
+
+What a file decodes to is bounded, not only its size: the readers keep logged values as
+cells and build each table within the budgets of `curves.cells` (values held, distinct
+keys, table cells), lines longer than MAX_LINE_CHARS are skipped unread, and a CSV's rows
+x columns are checked before pandas reads it.
 """
 
 from __future__ import annotations
@@ -16,14 +21,24 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pandas as pd
 
+from curves.cells import (
+    MAX_KEYS,
+    MAX_TABLE_CELLS,
+    Cells,
+    LogFormatError,
+    OverBudgetError,
+)
 from curves.runs import TrainingRun, make_run, recognised_keys
 
 MAX_BYTES = 200 * 1024 * 1024
@@ -36,6 +51,12 @@ MAX_PARQUET_BYTES = 80 * 2**20  # ~10k steps x 1,000 float64 metrics
 MAX_PARQUET_COLUMNS = 20_000
 # Steps are stored as int64: a step outside that range cannot index a row.
 STEP_RANGE = (-(2**63), 2**63)
+# A longer line is skipped unread: no log line is that long (MAX_KEYS keys fit in a tenth
+# of it), and Python would otherwise hold a 200 MB one-line file, then its split pieces.
+MAX_LINE_CHARS = 4 * 2**20
+# Times the step count may go back in one file (each time a new run or a resume): more is
+# not a training log, and each run costs its own table, analysis and traces.
+MAX_SEGMENTS = 2000
 
 FORMAT_NAMES = {
     "verl-console": "verl console log (step:N - key:value - ...)",
@@ -48,10 +69,6 @@ FORMAT_NAMES = {
 KNOWN_FORMATS_TEXT = "; ".join(FORMAT_NAMES.values())
 
 STEP_COLUMNS = ("_step", "Step", "step", "global_step", "trainer/global_step")
-
-
-class LogFormatError(ValueError):
-    """The file cannot be read as a training log; the message says why and what to do."""
 
 
 @dataclass
@@ -85,11 +102,16 @@ def read_log(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> ParsedFile:
 def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
     """Return a key of FORMAT_NAMES, or raise LogFormatError naming what we read."""
     try:
+        mode = os.stat(path).st_mode
         size = os.path.getsize(path)
     except OSError as exc:
         raise LogFormatError(f"cannot open the file ({exc.strerror or exc})") from None
-    if os.path.isdir(path):
+    if stat.S_ISDIR(mode):
         raise LogFormatError("this is a folder; upload the log file inside it")
+    if not stat.S_ISREG(mode):
+        # A FIFO would block the first read forever; a device may never end.
+        raise LogFormatError("this is not a regular file (a pipe, socket or device); pass "
+                             "the log file itself")
     if size == 0:
         raise LogFormatError("the file is empty; check that the upload or export finished")
     if size > max_bytes:
@@ -150,12 +172,43 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
 
 
 def _first_line(path: str) -> str:
-    """The first non-blank line of the file, however long."""
+    """The first non-blank line of the file, up to MAX_LINE_CHARS bytes."""
     with open(path, "rb") as handle:
-        for raw in handle:
+        for raw in iter(partial(handle.readline, MAX_LINE_CHARS + 1), b""):
+            if len(raw) > MAX_LINE_CHARS:
+                raise LogFormatError(
+                    f"the first line is over {MAX_LINE_CHARS:,} bytes, longer than any "
+                    "log line (a CSV header or JSON record with millions of keys?); "
+                    f"keep only the metrics to plot (at most {MAX_KEYS:,} keys)")
             if raw.strip():
                 return _decode_head(raw, complete=True)
     raise LogFormatError("the file holds only blank lines")
+
+
+class _Lines:
+    """The lines of a text file, skipping (and counting) any over MAX_LINE_CHARS without
+    holding it: `for line in handle` would read a 200 MB one-line file whole."""
+
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle = handle
+        self.too_long = 0
+
+    def __iter__(self) -> Iterator[str]:
+        read = partial(self.handle.readline, MAX_LINE_CHARS)
+        for line in iter(read, ""):
+            if len(line) == MAX_LINE_CHARS and not line.endswith("\n"):
+                self.too_long += 1
+                for rest in iter(read, ""):
+                    if rest.endswith("\n"):
+                        break
+                continue
+            yield line
+
+    def note(self) -> list[str]:
+        if not self.too_long:
+            return []
+        return [f"{self.too_long} line(s) over {MAX_LINE_CHARS:,} characters were skipped "
+                "unread (no log line is that long)"]
 
 
 def _decode_head(head: bytes, complete: bool) -> str:
@@ -225,12 +278,17 @@ class _Segments:
     a resume (same or unknown name, first step > 1; for overlapping steps the later value
     wins, cell by cell) and otherwise keeps it as a separate run (a fresh start at step
     0/1, or a different experiment name).
+
+    Rows are kept as cells (curves.cells): a run's table is built once, at the end, within
+    the table budget, however many keys come and go.
     """
 
     def __init__(self) -> None:
-        self.segments: list[tuple[str | None, list[int], list[tuple[tuple, list]]]] = []
+        self.cells = Cells()
+        self.segments: list[tuple[str | None, int]] = []  # (name, first row)
         self._name: str | None = None
         self._pending_name: str | None = None
+        self._last_step = 0
         self.out_of_range = 0  # rows skipped: their step does not fit in int64
 
     def set_name(self, name: str) -> None:
@@ -240,81 +298,100 @@ class _Segments:
         if not STEP_RANGE[0] <= step < STEP_RANGE[1]:
             self.out_of_range += 1
             return
-        seg = self.segments[-1] if self.segments else None
         new_name = self._pending_name is not None and self._pending_name != self._name
-        if seg is None or step < seg[1][-1] or new_name:
+        if not self.segments or step < self._last_step or new_name:
+            if len(self.segments) >= MAX_SEGMENTS:
+                raise OverBudgetError(
+                    f"the step count goes back more than {MAX_SEGMENTS:,} times (each a new "
+                    "run or a resume); this is not one training log: split it by run, or "
+                    "check that the step field is the training step")
             if self._pending_name is not None:
                 self._name = self._pending_name
-            self._pending_name = None
-            self.segments.append((self._name, [step], [(keys, values)]))
-            return
+            self.segments.append((self._name, len(self.cells)))
         self._pending_name = None
-        seg[1].append(step)
-        seg[2].append((keys, values))
+        self._last_step = step
+        self.cells.add(step, keys, values)
 
     def runs(self, stem: str, source: str, fmt: str) -> tuple[list[TrainingRun], list[str]]:
         notes: list[str] = []
-        merged: list[tuple[str | None, pd.DataFrame, list[str]]] = []
-        for name, steps, rows in self.segments:
-            table = _rows_to_table(steps, rows)
-            prev = merged[-1] if merged else None
-            resume = prev is not None and steps[0] > 1 and name in (None, prev[0])
-            if resume:
-                old = prev[1]
-                overlap = old.index.intersection(table.index)
-                combined = table.combine_first(old)
-                text = f"resumed at step {steps[0]}"
-                if len(overlap):
-                    text += (f"; steps {overlap.min()}-{overlap.max()} were logged twice, "
-                             "the later values are kept")
-                prev[2].append(text)
-                merged[-1] = (prev[0], combined, prev[2])
+        bounds = [start for _, start in self.segments] + [len(self.cells)]
+        # Each run: [name, first segment, last segment].
+        groups: list[list] = []
+        for k, (name, start) in enumerate(self.segments):
+            prev = groups[-1] if groups else None
+            if prev is not None and self.cells.row_steps[start] > 1 and name in (None, prev[0]):
+                prev[2] = k
             else:
-                merged.append((name, table, []))
-        if len(merged) > 1:
-            notes.append(f"the file holds {len(merged)} runs (the step count restarts); "
+                groups.append([name, k, k])
+        if len(groups) > 1:
+            notes.append(f"the file holds {len(groups)} runs (the step count restarts); "
                          "they are shown as separate runs")
         if self.out_of_range:
             notes.append(_out_of_range_note(self.out_of_range))
         runs: list[TrainingRun] = []
         used: dict[str, int] = {}
-        for name, table, run_notes in merged:
+        for name, first, last in groups:
+            lo, hi = bounds[first], bounds[last + 1]
+            table, table_notes = self.cells.table(lo, hi)
+            if last > first:
+                table = table[self._resumed_column_order(bounds[first:last + 2], table)]
+            run_notes = _resume_notes(np.frombuffer(self.cells.row_steps, dtype=np.int64)[lo:hi],
+                                      [b - lo for b in bounds[first:last + 2]])
             base = name or stem
             used[base] = used.get(base, 0) + 1
             label = base if used[base] == 1 else f"{base} #{used[base]}"
+            notes.extend(f"{label}: {note}" if len(groups) > 1 else note for note in table_notes)
             runs.append(make_run(label, table, source, fmt, run_notes))
         return runs, notes
+
+
+    def _resumed_column_order(self, bounds: list[int], table: pd.DataFrame) -> list[str]:
+        """The column order merging segment by segment gave (each resume's keys first, then
+        the earlier keys it lacks: `combine_first`), kept so a resumed log reads as
+        before."""
+        order: list[str] = []
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=False):
+            seen = self.cells.keys_seen(lo, hi)
+            fresh = set(seen)
+            order = seen + [key for key in order if key not in fresh]
+        return [key for key in order if key in table.columns]
+
+
+def _resume_notes(steps: np.ndarray, bounds: list[int]) -> list[str]:
+    """'resumed at step N[; steps A-B were logged twice ...]' for each segment after the
+    first of a run (rows bounds[k]:bounds[k+1]); a step is logged twice when an earlier
+    segment of the run has it. One sort for the whole run, however many resumes."""
+    if len(bounds) <= 2:
+        return []
+    segment = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+    order = np.lexsort((segment, steps))
+    by_step, seg_sorted = steps[order], segment[order]
+    starts = np.ones(len(by_step), dtype=bool)
+    starts[1:] = by_step[1:] != by_step[:-1]
+    first_seg = seg_sorted[starts][np.cumsum(starts) - 1]
+    twice = seg_sorted > first_seg
+    twice_seg, twice_step = seg_sorted[twice], by_step[twice]
+    overlap: dict[int, tuple[int, int]] = {}
+    if len(twice_seg):
+        order = np.lexsort((twice_step, twice_seg))
+        twice_seg, twice_step = twice_seg[order], twice_step[order]
+        segs, at = np.unique(twice_seg, return_index=True)
+        last = np.append(at[1:], len(twice_seg)) - 1
+        overlap = {int(k): (int(twice_step[a]), int(twice_step[b]))
+                   for k, a, b in zip(segs, at, last, strict=True)}
+    notes = []
+    for k in range(1, len(bounds) - 1):
+        text = f"resumed at step {int(steps[bounds[k]])}"
+        if k in overlap:
+            low, high = overlap[k]
+            text += f"; steps {low}-{high} were logged twice, the later values are kept"
+        notes.append(text)
+    return notes
 
 
 def _out_of_range_note(count: int) -> str:
     return (f"{count} row(s) had a step outside the 64-bit range "
             f"({STEP_RANGE[0]:,} to {STEP_RANGE[1] - 1:,}) and were skipped")
-
-
-def _rows_to_table(steps: list[int], rows: list[tuple[tuple, list]]) -> pd.DataFrame:
-    """Build a step x key table from rows: one float array for the whole table, filled one
-    2-D block per run of rows sharing a key tuple (most log lines repeat the previous
-    line's keys, so there are few blocks; a key that comes and goes, such as a validation
-    score every 10 steps, costs a block, not a DataFrame and a concat)."""
-    columns: dict[str, int] = {}
-    spans: list[tuple[int, int, list[int]]] = []
-    start = 0
-    for i in range(1, len(rows) + 1):
-        if i < len(rows) and (rows[i][0] is rows[start][0] or rows[i][0] == rows[start][0]):
-            continue
-        where = [columns.setdefault(key, len(columns)) for key in rows[start][0]]
-        spans.append((start, i, where))
-        start = i
-    values = np.full((len(rows), len(columns)), np.nan)
-    for lo, hi, where in spans:
-        if where:
-            values[lo:hi, where] = np.array([row[1] for row in rows[lo:hi]],
-                                            dtype="float64").reshape(hi - lo, len(where))
-    table = pd.DataFrame(values, index=steps, columns=list(columns))
-    if table.index.has_duplicates:
-        # Same step printed twice: merge, the later non-missing value wins.
-        table = table.groupby(level=0, sort=False).last()
-    return table
 
 
 # --------------------------------------------------------------------------- console
@@ -332,7 +409,8 @@ def _strip_ansi(line: str) -> str:
 
 def _console_has_step_line(path: str) -> bool:
     with open(path, encoding="utf-8", errors="replace") as handle:
-        return any("step:" in line and _STEP_RE.search(_strip_ansi(line)) for line in handle)
+        return any("step:" in line and _STEP_RE.search(_strip_ansi(line))
+                   for line in _Lines(handle))
 
 
 def parse_value(text: str) -> float | None:
@@ -375,7 +453,7 @@ def read_console(path: str) -> ParsedFile:
 
     Fast path per step line: split on ' - ' and ':' and map float over the values, all
     C-level; a line with colons inside values or non-numbers falls back to `_parse_pairs`.
-    Consecutive lines share one key tuple so the table is built from a few 2-D blocks.
+    Consecutive lines share one key tuple, so their keys are looked up once.
     """
     segments = _Segments()
     bad_lines = bad_values = undecodable = 0
@@ -383,7 +461,8 @@ def read_console(path: str) -> ParsedFile:
     last_keys: tuple = ()
     step_search = _STEP_RE.search
     with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
+        lines = _Lines(handle)
+        for line in lines:
             if "step:" not in line:
                 if "experiment_name" in line:
                     match = _EXPERIMENT_RE.search(_strip_ansi(line))
@@ -406,7 +485,7 @@ def read_console(path: str) -> ParsedFile:
                 values = list(map(float, fields[1::2]))
                 keys = tuple(fields[0::2])
                 if keys == last_keys:
-                    keys = last_keys  # one shared tuple: block grouping compares by identity
+                    keys = last_keys  # one shared tuple: Cells compares by identity first
                 elif len(set(keys)) != n_pairs:
                     raise ValueError
             except ValueError:
@@ -423,6 +502,7 @@ def read_console(path: str) -> ParsedFile:
             "no parseable step lines (step:N - key:value - ...) in this console log"
         )
     runs, notes = segments.runs(Path(path).stem, path, "verl-console")
+    notes.extend(lines.note())
     if bad_lines:
         notes.append(f"{bad_lines} step line(s) could not be parsed and were skipped "
                      f"(e.g. {last_bad!r})")
@@ -461,8 +541,9 @@ def read_jsonl_log(path: str) -> ParsedFile:
     no_step = 0
     last_line_bad = False
     with open(path, encoding="utf-8", errors="strict") as handle:
+        lines = _Lines(handle)
         try:
-            for line in handle:
+            for line in lines:
                 if not line.strip():
                     continue
                 try:
@@ -496,6 +577,7 @@ def read_jsonl_log(path: str) -> ParsedFile:
     if not segments.segments:
         raise LogFormatError("no JSON line had a numeric `step` or `_step` field")
     runs, notes = segments.runs(Path(path).stem, path, "jsonl")
+    notes.extend(lines.note())
     if bad_lines:
         notes.append(f"{bad_lines} line(s) were not valid JSON objects and were skipped"
                      + (" (the last line is incomplete: was the file truncated?)"
@@ -581,6 +663,7 @@ def _runs_from_frame(frame: pd.DataFrame, path: str,
 
 def read_csv(path: str) -> ParsedFile:
     """A W&B CSV export (either shape) or any CSV with a step column."""
+    expected_rows = _check_csv_size(path)
     try:
         frame = pd.read_csv(path, encoding="utf-8", on_bad_lines="skip", low_memory=False)
     except UnicodeDecodeError:
@@ -589,17 +672,39 @@ def read_csv(path: str) -> ParsedFile:
         raise LogFormatError(f"the CSV cannot be parsed ({exc})") from None
     fmt = "wandb-csv" if _is_wandb_header([str(c) for c in frame.columns]) else "csv"
     runs, notes = _runs_from_frame(frame, path, fmt)
-    expected_rows = _count_data_lines(path)
     skipped = max(0, expected_rows - len(frame))
     if skipped:
         notes.append(f"{skipped} CSV row(s) had the wrong number of fields and were skipped")
     return ParsedFile(path, fmt, runs, skipped, notes)
 
 
+def _check_csv_size(path: str) -> int:
+    """The number of data rows, once rows x header columns (what pandas would decode,
+    empty cells included) is known to fit the table budget; else OverBudgetError."""
+    header = _csv_header(_first_line(path).lstrip("\ufeff").strip()) or [""]
+    rows = _count_data_lines(path)
+    cells = rows * len(header)
+    if len(header) > MAX_KEYS or cells > MAX_TABLE_CELLS:
+        size = os.path.getsize(path) / 2**20
+        raise OverBudgetError(
+            f"the CSV ({size:.2f} MB) is {rows:,} rows x {len(header):,} columns "
+            f"({cells:,} cells), over the limit of {MAX_TABLE_CELLS:,} cells and "
+            f"{MAX_KEYS:,} columns; export fewer metrics or a sampled history")
+    return rows
+
+
 def _count_data_lines(path: str) -> int:
     # Cheap check for rows pandas dropped; quoted multi-line cells are not expected here.
+    # Read in pieces: a line is never held whole, however long.
+    count = 0
+    blank = True
     with open(path, "rb") as handle:
-        count = sum(1 for line in handle if line.strip())
+        for piece in iter(partial(handle.readline, 2**20), b""):
+            blank = blank and not piece.strip()
+            if piece.endswith(b"\n"):
+                count += not blank
+                blank = True
+    count += not blank
     return max(0, count - 1)
 
 
@@ -665,13 +770,15 @@ def read_tensorboard(path: str) -> ParsedFile:
 
 def read_event_scalars(path: str) -> tuple[pd.DataFrame, list[str], int]:
     """(step x tag table, notes, damaged records) of one event file's scalar values; within
-    the file a step logged twice keeps its later value."""
+    the file a step logged twice keeps its later value. The values are kept as cells and
+    the table built within the table budget: a new tag at every step costs its values,
+    not steps x tags."""
     from tensorboard.compat.proto import event_pb2
     from tensorboard.compat.tensorflow_stub import errors
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import PyRecordReader_New
     from tensorboard.util import tensor_util
 
-    rows: dict[int, dict[str, float]] = {}
+    cells = Cells()
     notes: list[str] = []
     bad = 0
     reader = PyRecordReader_New(path)
@@ -692,6 +799,8 @@ def read_event_scalars(path: str) -> tuple[pd.DataFrame, list[str], int]:
             continue
         if not event.HasField("summary"):
             continue
+        tags: list[str] = []
+        numbers: list[float] = []
         for value in event.summary.value:
             if value.HasField("simple_value"):
                 number = float(value.simple_value)
@@ -705,8 +814,13 @@ def read_event_scalars(path: str) -> tuple[pd.DataFrame, list[str], int]:
                 number = float(array.reshape(()))
             else:
                 continue
-            rows.setdefault(int(event.step), {})[value.tag] = number
-    if not rows:
+            tags.append(value.tag)
+            numbers.append(number)
+        if tags:
+            cells.add(int(event.step), tuple(tags), numbers)
+    if not len(cells):
         raise LogFormatError("the TensorBoard event file holds no scalar values"
                              + (f" ({notes[0]})" if notes else ""))
-    return pd.DataFrame.from_dict(rows, orient="index"), notes, bad
+    # A record read later replaces an earlier one, NaN or not, as a dict of rows did.
+    table, table_notes = cells.table(nan_wins=True)
+    return table, notes + table_notes, bad

@@ -10,6 +10,11 @@ Folders read here:
   captured console (`files/output.log`); config from `files/config.yaml` or the log; the
   run is named by its display name, else the config's experiment name, else the folder;
 - an MLflow store (`mlruns/`, one experiment folder, or one run folder): `curves.mlruns`.
+
+Only regular files are opened as logs (a FIFO named like one would block the read
+forever); side files (config, summary, metadata) are read up to MAX_SIDE_BYTES and never
+through a symlink, a refusal becoming a note. Runs merged from several files or folders
+stay within the table budget (`curves.cells.merge_later_first`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from curves import mlruns
+from curves.cells import OverBudgetError, is_regular_file, merge_later_first, read_side_file
 from curves.parse import (
     MAX_BYTES,
     LogFormatError,
@@ -112,12 +118,18 @@ def _check_budget(paths: list[Path], what: str, size: int | None = None) -> None
 
 # --------------------------------------------------------------------------- TensorBoard
 
-def _event_files(folder: Path) -> Iterator[Path]:
+def _event_files(folder: Path, skipped: list[Path] | None = None) -> Iterator[Path]:
+    """Event files under `folder`, regular files only: TensorBoard's reader would block
+    forever on a FIFO of that name. Others go to `skipped`."""
     for root, dirs, files in os.walk(folder):
         dirs.sort()
         for name in sorted(files):
             if name.startswith(_EVENTS_PREFIX):
-                yield Path(root) / name
+                path = Path(root) / name
+                if is_regular_file(path):
+                    yield path
+                elif skipped is not None:
+                    skipped.append(path)
 
 
 def _event_file_order(path: Path) -> tuple[int, int, str]:
@@ -130,13 +142,15 @@ def _event_file_order(path: Path) -> tuple[int, int, str]:
 
 
 def read_tensorboard_logdir(logdir: Path) -> ParsedFile:
-    files = list(_event_files(logdir))
+    skipped: list[Path] = []
+    files = list(_event_files(logdir, skipped))
     _check_budget(files, "event files")
     by_folder: dict[Path, list[Path]] = {}
     for path in files:
         by_folder.setdefault(path.parent, []).append(path)
     runs: list[TrainingRun] = []
-    notes: list[str] = []
+    notes: list[str] = [f"{path.relative_to(logdir).as_posix()} is not a regular file (a pipe "
+                        "or device?) and was skipped" for path in skipped]
     bad = 0
     for folder, paths in by_folder.items():
         relative = folder.relative_to(logdir).as_posix()
@@ -146,6 +160,8 @@ def read_tensorboard_logdir(logdir: Path) -> ParsedFile:
         for path in sorted(paths, key=_event_file_order):
             try:
                 part, part_notes, part_bad = read_event_scalars(str(path))
+            except OverBudgetError as exc:
+                raise OverBudgetError(f"{name}/{path.name}: {exc}") from None
             except LogFormatError:
                 continue  # a writer that logged no scalars (TensorBoard opens one per start)
             bad += part_bad
@@ -159,7 +175,8 @@ def read_tensorboard_logdir(logdir: Path) -> ParsedFile:
                 text += (f"; steps {overlap.min()}-{overlap.max()} were logged twice, the later "
                          "file's values are kept")
             run_notes.append(text)
-            table = part.combine_first(table)
+            table, merge_notes = merge_later_first(part, table)
+            notes.extend(f"{name}: {note}" for note in merge_notes)
         if table is not None:
             runs.append(make_run(name, table, str(folder), "tensorboard", run_notes))
     if not runs:
@@ -170,8 +187,13 @@ def read_tensorboard_logdir(logdir: Path) -> ParsedFile:
 # --------------------------------------------------------------------------- W&B folders
 
 def _is_wandb_run(folder: Path) -> bool:
-    return bool(_WANDB_RUN_RE.match(folder.name)) or any(folder.glob("run-*.wandb")) or (
+    return bool(_WANDB_RUN_RE.match(folder.name)) or bool(_wandb_logs(folder)) or (
         folder / "files" / "wandb-history.jsonl").is_file()
+
+
+def _wandb_logs(folder: Path) -> list[Path]:
+    """The folder's run-*.wandb files that are regular files (a FIFO would block)."""
+    return sorted(path for path in folder.glob("run-*.wandb") if is_regular_file(path))
 
 
 def _wandb_run_of_file(path: Path) -> Path | None:
@@ -190,16 +212,26 @@ def _flatten(value: object, prefix: str = "") -> Iterator[tuple[str, str]]:
         yield prefix.rstrip("."), str(value)
 
 
-def _wandb_config(folder: Path) -> dict[str, str]:
+def _side_file(path: Path, notes: list[str] | None) -> bytes | None:
+    """read_side_file, a refusal becoming a note (the run is still read without it)."""
+    try:
+        return read_side_file(path, label=f"{path.parent.name}/{path.name}")
+    except LogFormatError as exc:
+        if notes is not None:
+            notes.append(str(exc))
+        return None
+
+
+def _wandb_config(folder: Path, notes: list[str] | None = None) -> dict[str, str]:
     """files/config.yaml, flattened: W&B stores each key as {desc, value}."""
-    path = folder / "files" / "config.yaml"
-    if not path.is_file():
+    data = _side_file(folder / "files" / "config.yaml", notes)
+    if data is None:
         return {}
     import yaml
 
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        raw = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):
         return {}
     if not isinstance(raw, dict):
         return {}
@@ -226,10 +258,13 @@ def _wandb_run_name(folder: Path, display_name: str, config: dict[str, str] | No
     return folder.resolve().name if fallback is None else fallback
 
 
-def _json_object(path: Path) -> dict:
+def _json_object(path: Path, notes: list[str] | None = None) -> dict:
+    data = _side_file(path, notes)
+    if data is None:
+        return {}
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -237,7 +272,7 @@ def _json_object(path: Path) -> dict:
 def _wandb_log_bytes(folder: Path) -> int:
     """Bytes of the files a W&B run folder's history may be read from."""
     files = [folder / "files" / "wandb-history.jsonl", folder / "files" / "output.log",
-             *folder.glob("run-*.wandb")]
+             *_wandb_logs(folder)]
     return sum(path.stat().st_size for path in files if path.is_file())
 
 
@@ -268,7 +303,9 @@ def _read_wandb_runs(root: Path, folders: list[Path]) -> ParsedFile:
         if len(overlap):
             text += (f"; steps {overlap.min()}-{overlap.max()} were logged twice, the later "
                      "folder's values are kept")
-        merged = make_run(earlier.name, later.table.combine_first(earlier.table),
+        table, merge_notes = merge_later_first(later.table, earlier.table)
+        notes.extend(f"{folder.name}: {note}" for note in merge_notes)
+        merged = make_run(earlier.name, table,
                           earlier.source, earlier.source_format, [*earlier.notes, text],
                           params={**earlier.params, **later.params})
         runs[runs.index(earlier)] = merged
@@ -281,10 +318,10 @@ def _read_wandb_runs(root: Path, folders: list[Path]) -> ParsedFile:
 def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
     files = folder / "files"
     history = files / "wandb-history.jsonl"
-    summary = _json_object(files / "wandb-summary.json")
-    config = _wandb_config(folder)
-    logs = [wandb_file] if wandb_file else sorted(folder.glob("run-*.wandb"))
     notes: list[str] = []
+    summary = _json_object(files / "wandb-summary.json", notes)
+    config = _wandb_config(folder, notes)
+    logs = [wandb_file] if wandb_file else _wandb_logs(folder)
     display_name = run_id = ""
     tables: list[pd.DataFrame] = []
     source = str(folder)
@@ -302,8 +339,8 @@ def _read_wandb_run(folder: Path, wandb_file: Path | None = None) -> ParsedFile:
         display_name, run_id = log.display_name, log.run_id
         if not config:
             config = dict(_flatten(log.config))
-        if log.history:
-            tables = [log.table()]
+        if len(log.history):
+            tables = [log.history]
         source = str(logs[-1])
     elif (files / "output.log").is_file():
         parsed = read_console(str(files / "output.log"))
@@ -343,18 +380,25 @@ def read_mlruns(folder: Path) -> ParsedFile:
     _check_budget(folders, "MLflow runs", size=sum(map(mlruns.metric_bytes, folders)))
     runs: list[TrainingRun] = []
     notes: list[str] = []
+    refused: list[LogFormatError] = []
     for run_folder in folders:
         try:
             found = mlruns.read_run(run_folder)
         except LogFormatError as exc:
-            notes.append(str(exc))
+            refused.append(exc)
+            notes.append(f"{run_folder.name}: {exc}" if isinstance(exc, OverBudgetError)
+                         else str(exc))
             continue
+        notes.extend(f"{found.name}: {note}" for note in found.warnings)
         if found.table.empty:
             notes.append(f"{found.name}: no metric values")
             continue
         runs.append(make_run(found.name, found.table, str(run_folder), "mlflow",
                              found.notes, params=found.params))
     if not runs:
-        raise LogFormatError("no MLflow run here has metric values"
+        # Over a budget is a reason of its own, not "no values".
+        what = "could be read" if any(isinstance(e, OverBudgetError) for e in refused) else \
+            "has metric values"
+        raise LogFormatError(f"no MLflow run here {what}"
                              + (f" ({'; '.join(notes)})" if notes else ""))
     return ParsedFile(str(folder), "mlflow", runs, 0, notes)

@@ -5,6 +5,12 @@ The file is a LevelDB-style log: a 7-byte header (`:W&B`, magic 0xBEE1, version 
 length, type: full / first / middle / last piece). Each record is a protobuf `Record`
 whose schema ships with the wandb SDK (`wandb.proto.wandb_internal_pb2`); without the SDK
 the file cannot be decoded, and the error says so.
+
+The file is read a block at a time and a record's pieces are appended to one bytearray
+(amortised constant time, a byte per byte): linear in the file size, and the memory of
+one record, not of the file (`bytes +=` copied the record so far at every piece, so a
+file of tiny pieces was quadratic: 20 MB took over a minute).
+History values are kept as cells (curves.cells), so a new key per step stays cheap.
 """
 
 from __future__ import annotations
@@ -13,17 +19,24 @@ import json
 import math
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
+from curves.cells import Cells
 from curves.parse import STEP_RANGE, LogFormatError
 
 HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
 _BLOCK = 32 * 1024
 _PIECE_HEADER = struct.Struct("<IHB")
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_KIND_CRC = {kind: zlib.crc32(bytes([kind])) for kind in range(256)}
+# A history row, config or summary is kilobytes; a larger record (media, a big table) is
+# skipped rather than held, with a note.
+MAX_RECORD_BYTES = 16 * 2**20
 NEEDS_SDK = ("reading a .wandb file needs the wandb package (pip install wandb), whose "
              "record schema it is written in; or sync the run and export its history as CSV "
              "or parquet")
@@ -36,11 +49,12 @@ class WandbLog:
     run_id: str = ""
     display_name: str = ""
     config: dict[str, object] = field(default_factory=dict)
-    history: dict[int, dict[str, float]] = field(default_factory=dict)
+    # step x key, built within the table budget once the log is read (empty: no history).
+    history: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
 
     def table(self) -> pd.DataFrame:
-        return pd.DataFrame.from_dict(self.history, orient="index")
+        return self.history
 
 
 def is_wandb_log(path: str | Path) -> bool:
@@ -48,36 +62,57 @@ def is_wandb_log(path: str | Path) -> bool:
         return handle.read(4) == HEADER[:4]
 
 
-def _records(data: bytes, notes: list[str]) -> list[bytes]:
-    """Payloads of the log's records, pieces joined; stops at a damaged or cut-off piece."""
-    records: list[bytes] = []
-    pending: bytes | None = None
+def _records(handle: BinaryIO, notes: list[str]) -> Iterator[bytes]:
+    """Payloads of the log's records, pieces joined, read from just after the header a
+    block at a time; stops at a damaged or cut-off piece. A piece never crosses a block
+    (the format pads the block's end instead), so each block is checked on its own."""
+    pending: bytearray | None = None
+    pending_size = 0
+    oversized = 0
+    # Locals: this loop runs once per piece, and a file may hold millions of tiny ones.
+    unpack_from, crc32, kind_crc, size = _PIECE_HEADER.unpack_from, zlib.crc32, _KIND_CRC, \
+        _PIECE_HEADER.size
     pos = len(HEADER)
-    while pos < len(data):
-        left = _BLOCK - pos % _BLOCK
-        if left < _PIECE_HEADER.size:  # block trailer: zero padding
-            pos += left
-            continue
-        crc, length, kind = _PIECE_HEADER.unpack_from(data, pos)
-        payload = data[pos + _PIECE_HEADER.size: pos + _PIECE_HEADER.size + length]
-        if kind == 0 and length == 0:  # padding at the end of a block
-            pos += left
-            continue
-        if len(payload) < length or zlib.crc32(payload, zlib.crc32(bytes([kind]))) != crc:
-            notes.append("the log ends in a damaged or cut-off record (was the run still "
-                         "writing?); the records before it were read")
-            break
-        pos += _PIECE_HEADER.size + length
-        if kind == _FULL:
-            records.append(payload)
-        elif kind == _FIRST:
-            pending = payload
-        elif kind == _MIDDLE and pending is not None:
-            pending += payload
-        elif kind == _LAST and pending is not None:
-            records.append(pending + payload)
-            pending = None
-    return records
+    block = HEADER + handle.read(_BLOCK - len(HEADER))
+    while len(block) > pos:
+        end = len(block)
+        while pos < end:
+            if _BLOCK - pos < size:  # block trailer: zero padding
+                break
+            if end - pos < size:
+                notes.append("the log ends in a damaged or cut-off record (was the run still "
+                             "writing?); the records before it were read")
+                return
+            crc, length, kind = unpack_from(block, pos)
+            if kind == 0 and length == 0:  # padding at the end of a block
+                break
+            start = pos + size
+            payload = block[start:start + length]
+            if len(payload) < length or crc32(payload, kind_crc[kind]) != crc:
+                notes.append("the log ends in a damaged or cut-off record (was the run still "
+                             "writing?); the records before it were read")
+                return
+            pos = start + length
+            if kind == _FULL:
+                yield payload
+            elif kind == _FIRST:
+                pending, pending_size = bytearray(payload), length
+            elif kind in (_MIDDLE, _LAST) and pending is not None:
+                pending_size += length
+                if pending_size > MAX_RECORD_BYTES:
+                    pending.clear()  # keep counting the record's size, not its bytes
+                else:
+                    pending += payload
+                if kind == _LAST:
+                    if pending_size > MAX_RECORD_BYTES:
+                        oversized += 1
+                    else:
+                        yield bytes(pending)
+                    pending = None
+        block, pos = handle.read(_BLOCK), 0
+    if oversized:
+        notes.append(f"{oversized} record(s) over {MAX_RECORD_BYTES // 2**20} MB (media or a "
+                     "large table?) were skipped")
 
 
 def _number(value_json: str) -> float | None:
@@ -101,15 +136,23 @@ def read_wandb_log(path: str | Path) -> WandbLog:
     except ImportError:
         raise LogFormatError(NEEDS_SDK) from None
     with open(path, "rb") as handle:
-        data = handle.read()
-    if not data.startswith(HEADER[:4]):
+        log = _read_records(handle, wandb_internal_pb2)
+    return log
+
+
+def _read_records(handle: BinaryIO, wandb_internal_pb2) -> WandbLog:
+    head = handle.read(len(HEADER))
+    if not head.startswith(HEADER[:4]):
         raise LogFormatError("not a W&B transaction log (no :W&B header)")
-    if data[:len(HEADER)] != HEADER:
+    if head != HEADER:
         raise LogFormatError("this .wandb file has a log version we do not know; export the "
                              "run's history as CSV or parquet instead")
     log = WandbLog()
+    cells = Cells()
     undecodable = out_of_range = 0
-    for payload in _records(data, log.notes):
+    for payload in _records(handle, log.notes):
+        if not payload:
+            continue  # an empty Record holds nothing we read
         try:
             record = wandb_internal_pb2.Record.FromString(payload)
         except Exception:  # protobuf's DecodeError: a record from a newer SDK, say
@@ -130,15 +173,19 @@ def read_wandb_log(path: str | Path) -> WandbLog:
             if not STEP_RANGE[0] <= step < STEP_RANGE[1]:
                 out_of_range += 1
                 continue
-            row = log.history.setdefault(int(step), {})
-            row.update((key, value) for key, value in values.items()
-                       if value is not None and not key.startswith("_"))
+            kept = [(key, value) for key, value in values.items()
+                    if value is not None and not key.startswith("_")]
+            cells.add(int(step), tuple(key for key, _ in kept), [value for _, value in kept])
     if undecodable:
         log.notes.append(f"{undecodable} record(s) could not be decoded with this wandb "
                          "version and were skipped")
     if out_of_range:
         log.notes.append(f"{out_of_range} history row(s) had a step outside the 64-bit range "
                          "and were skipped")
+    if len(cells):
+        # A later record replaces an earlier one at the same step, NaN or not (dict update).
+        log.history, table_notes = cells.table(nan_wins=True)
+        log.notes.extend(table_notes)
     return log
 
 
