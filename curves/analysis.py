@@ -9,12 +9,16 @@ with every threshold in `PhaseRule`:
   than one by more than `split_gain` noise variances (noise from second differences), each
   piece at least `min_segment` points, at most `max_pieces` pieces. A piece *declines* when
   its slope is negative by at least `min_drop_z` standard errors and it loses at least
-  `min_drop` nats. Steady decay (II) starts where the first declining piece starts, provided
-  the smoothed curve ends at least `min_drop` below that point; accelerated collapse (III)
-  starts where a later piece declines at least `accel_ratio` times as fast. Fewer than
-  `min_steps` logged points: no phase is claimed.
+  `min_drop` nats. Steady decay (II) starts where the first declining piece starts, but not
+  before the smoothed curve's highest point up to that piece's end (a decline cannot begin
+  before the peak it declines from), provided the smoothed curve ends at least `min_drop`
+  below that point; accelerated collapse (III) starts where a later piece declines at least
+  `accel_ratio` times as fast. Fewer than `min_steps` logged points: no phase is claimed.
 * Reward collapse: the first step from which the smoothed reward stays below
-  (1 - `reward_drop`) x its running best, for at least `reward_min_steps` points to the end.
+  (1 - `reward_drop`) x its running best, for at least `reward_min_steps` points to the end;
+  or, when the log ends inside a deep fall (below `reward_deep` x its running best for at
+  least `reward_deep_min_steps` points to the end), the first step of that fall, with a note
+  saying the call was made on a deep fall near the end of the log.
 * Gradient-norm spike: a value above `spike_factor` x the median of the previous
   `spike_window` values.
 * Peak / trend: the likelihood smoothed with a centred rolling mean of `smooth_window`
@@ -62,6 +66,10 @@ class PhaseRule:
     accel_ratio: float = 3.0
     reward_drop: float = 0.3
     reward_min_steps: int = 10
+    # A fall this deep (to half the best) is a collapse even when the log ends a few points
+    # after it: a run whose reward went from 0.9 to 0.03 does not need ten more points.
+    reward_deep: float = 0.5
+    reward_deep_min_steps: int = 3
     spike_factor: float = 3.0
     spike_window: int = 20
     max_points: int = 2000
@@ -281,13 +289,18 @@ def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Piece], int 
     first = next((k for k, piece in enumerate(pieces) if _declines(piece, rule)), None)
     if first is None:
         return pieces, None, None, [
-            f"no decline met the phase-II rule (a fitted line over at least "
-            f"{rule.min_segment} steps falling at z <= -{rule.min_drop_z:g} and by at least "
-            f"{rule.min_drop:g})"
+            f"no decline met the phase-II rule (no stretch of at least {rule.min_segment} "
+            f"logged points fell steadily, with a slope {rule.min_drop_z:g} standard errors or "
+            f"more below zero, i.e. far beyond the noise, and by at least {rule.min_drop:g} in "
+            "all)"
         ]
     decay = _refine_onset(x, y, pieces, first, rule)
-    # "Sustained": the smoothed end of the run is still min_drop below the onset level.
     trend = centred_mean(values, rule.smooth_window)
+    # A fitted line can start its decline before the curve has peaked (a piece of 10 sparse
+    # points spans the rise and the fall), which put an onset at step 0 on a curve that rose
+    # to step 40: the decline starts no earlier than the highest point before it ends.
+    decay = max(decay, int(trend.loc[:pieces[first].end].idxmax()))
+    # "Sustained": the smoothed end of the run is still min_drop below the onset level.
     if float(trend.iloc[-1]) > float(trend.loc[decay]) - rule.min_drop:
         return pieces, None, None, [
             f"the likelihood declined from step {decay} but recovered by the end; "
@@ -305,25 +318,37 @@ def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Piece], int 
     return pieces, decay, accel, notes
 
 
+def _held_to_end(flags: np.ndarray) -> int:
+    """How many points at the end of `flags` are True in a row."""
+    held = 0
+    while held < len(flags) and flags[len(flags) - 1 - held]:
+        held += 1
+    return held
+
+
 def reward_collapse(reward: pd.Series, rule: PhaseRule) -> tuple[int | None, str | None]:
-    """First step from which the smoothed reward stays `reward_drop` below its running best."""
+    """First step from which the smoothed reward stays `reward_drop` below its running best
+    (for `reward_min_steps` points), or, at the end of the log, `reward_deep` of it."""
     smooth = centred_mean(reward.dropna(), rule.smooth_window)
     if len(smooth) < rule.min_steps:
         return None, f"only {len(smooth)} reward points; collapse not judged"
     best = smooth.cummax()
-    below = (smooth < (1.0 - rule.reward_drop) * best) & (best > 0)
-    if not bool(below.iloc[-1]):
+    below = ((smooth < (1.0 - rule.reward_drop) * best) & (best > 0)).to_numpy()
+    held = _held_to_end(below)
+    if not held:
         return None, None
-    # Walk back from the end over the run of consecutive "below" points.
-    flags = below.to_numpy()
-    start = len(flags) - 1
-    while start > 0 and flags[start - 1]:
-        start -= 1
-    held = len(flags) - start
-    if held < rule.reward_min_steps:
-        return None, (f"reward is {rule.reward_drop:.0%} below its best over the last {held} "
-                      "points only: too soon to call a collapse")
-    return int(smooth.index[start]), None
+    if held >= rule.reward_min_steps:
+        return int(smooth.index[len(below) - held]), None
+    deep = ((smooth < rule.reward_deep * best) & (best > 0)).to_numpy()
+    deep_held = _held_to_end(deep)
+    if deep_held >= rule.reward_deep_min_steps:
+        start = len(deep) - deep_held
+        return int(smooth.index[start]), (
+            f"reward collapse called on a deep fall near the end of the log: the smoothed "
+            f"reward is below {rule.reward_deep:.0%} of its best ({float(best.iloc[start]):.2f})"
+            f" over the last {deep_held} points, where the log ends")
+    return None, (f"reward is {rule.reward_drop:.0%} below its best over the last {held} "
+                  "points only: too soon to call a collapse")
 
 
 def grad_spikes(grad_norm: pd.Series, rule: PhaseRule) -> list[int]:

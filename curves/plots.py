@@ -2,8 +2,11 @@
 
 Lines are EMA-smoothed (W&B-style weight: 0 = raw, 0.99 = very smooth); the hover shows
 the raw value and the raw logger key. Phases found by `analysis` are shaded per run and can
-be turned off with `annotate=False`. Every trace is bounded (`curves.downsample`): the
-smoothing runs over all logged points, then at most MAX_POINTS real points are drawn.
+be turned off with `annotate=False`; their labels are short ("run: II @ 100", the details in
+the label's hover) and stacked in rows above the plot so that no two print over each other.
+The legend sits under the plot, so long run names never squeeze the plot itself. Every
+trace is bounded (`curves.downsample`): the smoothing runs over all logged points, then at
+most MAX_POINTS real points are drawn.
 """
 
 from __future__ import annotations
@@ -27,13 +30,34 @@ MAX_SPIKE_MARKS = 200  # gradient-norm spikes marked per run: the largest ones
 ROUNDING_NOTE = ("Values from verl console logs are rounded to 3 decimals, which flattens "
                  "small log-likelihood changes; prefer a W&B export when you have one.")
 LIKELIHOOD_NOTE = (
-    "Mean token log-likelihood under the behaviour (old) policy. 'pos' = advantage >= 0 "
-    "(includes all-equal groups), not 'correct'; 'neg' = advantage < 0. Each value is divided "
-    "by all response tokens, so it also moves with the share of such tokens, and only the "
-    "last micro-batch is logged. The 'per token' series (displacement/*_logp) split "
-    "advantage > 0, = 0 and < 0 over every micro-batch, each divided by its own tokens; "
-    "'anchor set' is a fixed set of correct trajectories scored every few steps (points)."
+    "How likely the model finds responses, as the mean log-probability per token (under the "
+    "model that sampled them). 'pos (A≥0)': responses that scored at least their group's "
+    "average (advantage ≥ 0, which includes groups where every response scored the same), not "
+    "the same as 'correct'; 'neg (A<0)': responses below their group's average. The fork logs "
+    "these for the last slice of each step's batch only, divided by all its response tokens, "
+    "so they also move with how many tokens each kind has. The 'per token' series split "
+    "above, equal to and below the group's average over the whole step, each divided by its "
+    "own tokens; 'anchor set' is a fixed set of right answers of the starting model, "
+    "re-scored every few steps (drawn as points)."
 )
+REF_RATIO_NOTE = (
+    "How far the model has moved from the one training started from: per generated token, "
+    "its log-probability minus the starting model's (log π − log π_ref), averaged over the "
+    "step's responses. 0 = unchanged; above 0, the model finds its own samples likelier than "
+    "the starting model did."
+)
+# Phase labels: a row of text above the plot per stack level. The rows are packed for a
+# narrow plot (LABEL_PLOT_PX wide, about a 1000 px window's) with a generous width per
+# character, so labels stay apart on any wider plot too.
+LABEL_FONT_PX = 10
+LABEL_CHAR_PX = 5.5  # measured 4.5 in Chromium's fallback for plotly's font; a margin more
+LABEL_ROW_PX = 16
+LABEL_PLOT_PX = 520
+PHASE_KEY = "II = steady likelihood decay, III = accelerated collapse"
+PLOT_PX = 250  # the plotting area's height, whatever sits above or under it
+TITLE_PX = 62  # the title and subtitle above the labels
+LEGEND_ROW_PX = 22
+LEGEND_MAX_PX = 160  # a longer legend scrolls
 
 
 # A small explicit template: assigning "plotly_white" copies and validates defaults for
@@ -62,10 +86,19 @@ def ema(values: pd.Series, weight: float) -> pd.Series:
     return values.ewm(alpha=1.0 - min(weight, 0.999), adjust=False).mean()
 
 
-def run_colours(runs: Sequence[TrainingRun]) -> dict[str, str]:
+def run_colours(runs: Sequence[TrainingRun],
+                groups: Sequence[tuple[str, Sequence[TrainingRun]]] = ()) -> dict[str, str]:
+    """A colour per run; the runs of a seed group drawn as one band share the band's colour,
+    so a run's phase label and shading match the line it is drawn in, and the palette is
+    spent on what is drawn (twelve runs in three bands wrapped it onto a second band)."""
+    first_of = {id(run): members[0] for _, members in groups for run in members}
     colours: dict[str, str] = {}
     counts = {"GRPO": 0, "LLDS": 0}
     for run in runs:
+        leader = first_of.get(id(run), run)
+        if leader is not run and leader.name in colours:
+            colours[run.name] = colours[leader.name]
+            continue
         palette = _LLDS_COLOURS if run.method == "LLDS" else _GRPO_COLOURS
         colours[run.name] = palette[counts.get(run.method, 0) % len(palette)]
         counts[run.method] = counts.get(run.method, 0) + 1
@@ -136,12 +169,36 @@ def _band_traces(label: str, members: Sequence[TrainingRun], keys: Sequence[str]
     return [band_trace, mean_trace]
 
 
+def _legend_px(names: Sequence[str], plot_px: float = 620.0) -> int:
+    """Room for the legend under the plot: its entries laid in rows across a plot about a
+    1000 px window's width (on a wider plot it takes fewer rows and leaves a gap; on a
+    narrower one it scrolls within this room)."""
+    rows, used = 0, plot_px
+    for name in names:
+        width = 40 + 5.5 * len(name)
+        if used + width > plot_px:
+            rows, used = rows + 1, 0.0
+        used += width
+    return min(LEGEND_MAX_PX, rows * LEGEND_ROW_PX + 8) if rows else 0
+
+
 def _layout(title: str, subtitle: str, x_range: tuple[float, float] | None,
-            log_y: bool = False) -> dict:
+            log_y: bool = False, label_rows: int = 0, legend_px: int = 0) -> dict:
+    top = TITLE_PX + label_rows * LABEL_ROW_PX
+    bottom = 50 + legend_px  # the step axis's numbers and title, then the legend
     return dict(
-        title=dict(text=title, subtitle=dict(text=subtitle) if subtitle else None),
-        template=_TEMPLATE_JSON, height=360, margin=dict(l=60, r=20, t=70, b=40),
-        hovermode="closest", legend=dict(font=dict(size=10)),
+        # Pinned to the top, so the rows of phase labels under it never reach the title.
+        title=dict(text=title, subtitle=dict(text=subtitle) if subtitle else None,
+                   yref="container", y=1.0, yanchor="top", pad=dict(t=10)),
+        template=_TEMPLATE_JSON, height=top + PLOT_PX + bottom,
+        margin=dict(l=60, r=20, t=top, b=bottom),
+        hovermode="closest",
+        # Under the plot, in rows: on the right, names of 60-80 characters took two thirds
+        # of a 700 px figure and left the curves 100 px. Held to the figure's bottom and to
+        # its room there, so it never reaches up to the step axis.
+        legend=dict(font=dict(size=10), orientation="h", x=0, xanchor="left", yref="container",
+                    y=0, yanchor="bottom", maxheight=max(legend_px, 2 * LEGEND_ROW_PX),
+                    tracegroupgap=2),
         # Keeps zoom when the figure is rebuilt (e.g. smoothing changed in the UI).
         uirevision="curves",
         xaxis=dict(title=dict(text="step"), range=list(x_range) if x_range else None),
@@ -154,19 +211,57 @@ def _vline(x: float, colour: str, dash: str = "dot", width: int = 1) -> dict:
                 line=dict(color=colour, dash=dash, width=width))
 
 
-def _label(x: float, y: float, text: str, colour: str, yanchor: str = "top") -> dict:
-    return dict(x=x, y=y, yref="paper", showarrow=False, xanchor="left", yanchor=yanchor,
-                font=dict(size=10, color=colour), text=text)
+@dataclass
+class Mark:
+    """A label for a step of one run: short text on the plot, the details on hover."""
+
+    x: float
+    text: str
+    hover: str
+    colour: str
 
 
-FORK_LIKELIHOOD = "actor/pos_avg_old_log_prob"  # the key a phase label needs not name
+def place_marks(marks: Sequence[Mark],
+                x_range: tuple[float, float] | None) -> tuple[list[dict], int]:
+    """Annotations for `marks` in rows above the plot, and how many rows they took.
+
+    Each label starts at its step (or ends there, when it would run past the right edge)
+    and goes in the lowest row where it clears every label already there, its width
+    estimated for a LABEL_PLOT_PX-wide plot: on one row at a fixed height, the bundled
+    runs' nine labels printed over each other.
+    """
+    if not marks:
+        return [], 0
+    low, high = x_range or (min(m.x for m in marks), max(m.x for m in marks))
+    span = (high - low) or 1.0
+    per_px = span / LABEL_PLOT_PX
+    rows: list[list[tuple[float, float]]] = []
+    annotations = []
+    for mark in sorted(marks, key=lambda m: m.x):
+        width = (len(mark.text) * LABEL_CHAR_PX + 8) * per_px
+        anchor = "left" if mark.x + width <= high or mark.x - width < low else "right"
+        start = mark.x if anchor == "left" else mark.x - width
+        interval = (start, start + width)
+        row = next((i for i, taken in enumerate(rows) if all(
+            interval[1] <= a or b <= interval[0] for a, b in taken)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append(interval)
+        annotations.append(dict(
+            x=mark.x, xref="x", y=1.0, yref="paper", yanchor="bottom", xanchor=anchor,
+            yshift=2 + row * LABEL_ROW_PX, showarrow=False, text=mark.text,
+            hovertext=mark.hover, font=dict(size=LABEL_FONT_PX, color=mark.colour)))
+    return annotations, len(rows)
+
+
+_PHASE_NAMES = {"II": "steady decay of the likelihood", "III": "accelerated collapse"}
 
 
 def _phase_marks(analyses: Sequence[RunAnalysis],
-                 colours: dict[str, str]) -> tuple[list[dict], list[dict]]:
-    """Shapes and labels shading phases II and III of each run in the run's colour."""
+                 colours: dict[str, str]) -> tuple[list[dict], list[Mark]]:
+    """Shapes shading phases II and III of each run in the run's colour, and their labels."""
     shapes: list[dict] = []
-    labels: list[dict] = []
+    marks: list[Mark] = []
     for analysis in analyses:
         colour = colours.get(analysis.run, "#888")
         for label, start, end in analysis.phases():
@@ -176,13 +271,16 @@ def _phase_marks(analyses: Sequence[RunAnalysis],
                                y1=1, fillcolor=colour, opacity=0.07 if label == "II" else 0.16,
                                line=dict(width=0), layer="below"))
             shapes.append(_vline(start, colour))
-            name = "steady decay" if label == "II" else "accelerated collapse"
             series = analysis.phase_series.get(label, "")
-            source = f" (from {series.split(' ', 1)[0]})" if series and (
-                label == "III" or analysis.likelihood_key != FORK_LIKELIHOOD) else ""
-            labels.append(_label(start, 1.0, f"{analysis.run}: {label} {name} @ {start}{source}",
-                                 colour))
-    return shapes, labels
+            key = series.split(" ", 1)[0]
+            # A phase read from a stand-in (entropy, response length, gradient norm) says so
+            # on the plot: it is a weaker claim than one read from a likelihood.
+            source = f" (from {key})" if series and key != analysis.likelihood_key else ""
+            marks.append(Mark(start, f"{analysis.run}: {label} @ {start}{source}",
+                              f"{analysis.run}: phase {label} ({_PHASE_NAMES[label]}) from "
+                              f"step {start}" + (f", read from {series}" if series else ""),
+                              colour))
+    return shapes, marks
 
 
 def _rounded_subtitle(runs: Sequence[TrainingRun], extra: str = "") -> str:
@@ -204,8 +302,8 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
         return []
     if band is not None and band not in BANDS:
         raise ValueError(f"band must be one of {', '.join(BANDS)}, got {band!r}")
-    colours = run_colours(runs)
     groups = seed_groups(runs) if band else []
+    colours = run_colours(runs, groups)
     group_of = {id(run): (label, members) for label, members in groups for run in members}
     # What each panel draws: single runs, and each seed group where its first run was.
     units: list[tuple[str, list[TrainingRun]]] = []
@@ -246,19 +344,25 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                     used.extend(run for run, _ in found if run not in used)
         if not traces:
             return
-        layout = _layout(title, _rounded_subtitle(used), x_range, log_y=log_y)
+        shapes: list[dict] = []
+        phase_labels: list[Mark] = []
+        labels: list[Mark] = []
         if annotate:
-            shapes: list[dict] = []
-            labels: list[dict] = []
             if shade:
-                shapes, labels = _phase_marks([by_run[r.name] for r in used if r.name in by_run],
-                                              colours)
+                shapes, phase_labels = _phase_marks(
+                    [by_run[r.name] for r in used if r.name in by_run], colours)
             if marks is not None:
-                more_traces, more_shapes, more_labels = marks(used)
+                more_traces, more_shapes, labels = marks(used)
                 traces.extend(more_traces)
                 shapes += more_shapes
-                labels += more_labels
-            layout.update(shapes=shapes, annotations=labels)
+        annotations, rows = place_marks(phase_labels + labels, x_range)
+        legend = [t.name for t in traces if t.showlegend is not False and t.name]
+        # The labels are short ("II @ 100"): the subtitle says what the numerals mean.
+        subtitle = _rounded_subtitle(used, PHASE_KEY if phase_labels else "")
+        layout = _layout(title, subtitle, x_range, log_y=log_y, label_rows=rows,
+                         legend_px=_legend_px(legend))
+        if annotate:
+            layout.update(shapes=shapes, annotations=annotations)
         # One constructor call: validating the figure once is several times faster than
         # building it up with add_trace / update_layout.
         fig = go.Figure(data=traces, layout=layout)
@@ -271,10 +375,11 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
             a = by_run.get(run.name)
             if a and a.reward_collapse_step is not None:
                 colour = colours[run.name]
-                shapes.append(_vline(a.reward_collapse_step, colour, dash="dash", width=2))
-                labels.append(_label(a.reward_collapse_step, 0.05,
-                                     f"{run.name}: reward collapse @ {a.reward_collapse_step}",
-                                     colour, yanchor="bottom"))
+                step = a.reward_collapse_step
+                shapes.append(_vline(step, colour, dash="dash", width=2))
+                labels.append(Mark(step, f"{run.name}: reward collapse @ {step}",
+                                   f"{run.name}: the smoothed reward stays far below its best "
+                                   f"from step {step} on", colour))
         return [], shapes, labels
 
     def spike_marks(used: list[TrainingRun]):
@@ -293,16 +398,17 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                     hovertemplate="spike at step %{x}: %{y:.4g}<extra></extra>"))
         return traces, [], []
 
-    add_panel("likelihood", "Likelihood of sampled responses (old policy)",
+    add_panel("likelihood", "Likelihood of the model's responses (log-probability a token)",
               [("lik_pos", "pos (A≥0)", "solid"), ("lik_neg", "neg (A<0)", "dot"),
                ("disp_pos", "A>0 per token", "dash"), ("disp_zero", "A=0 per token", "longdash"),
                ("disp_neg", "A<0 per token", "dashdot"), ("anchor_logp", "anchor set", "solid")],
               note=LIKELIHOOD_NOTE, shade=True)
-    add_panel("ref_log_ratio", "log π − log π_ref per generated token",
-              [("ref_log_ratio", "", "solid")], note=CANONICAL_BY_ID["ref_log_ratio"].caveat)
-    add_panel("likelihood_ref", "Likelihood under the reference policy",
+    add_panel("ref_log_ratio", "Drift from the starting model (log π − log π_ref a token)",
+              [("ref_log_ratio", "", "solid")], note=REF_RATIO_NOTE)
+    add_panel("likelihood_ref", "Likelihood under the starting (reference) model",
               [("lik_pos_ref", "pos (A≥0)", "solid"), ("lik_neg_ref", "neg (A<0)", "dot")],
-              note="Same masking caveats as the likelihood panel.")
+              note="The same responses as the likelihood panel, scored by the model training "
+                   "started from; the same caveats apply.")
     add_panel("reward", "Reward", [("reward", "", "solid")], shade=True, marks=collapse_marks)
     add_panel("grad_norm", "Gradient norm (log scale)", [("grad_norm", "", "solid")],
               log_y=True, shade=True, marks=spike_marks)

@@ -6,9 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from agent.testing import ROOT
 from curves.analysis import (
     PhaseRule,
     analyse_run,
+    centred_mean,
     detect_phases,
     grad_spikes,
     reward_collapse,
@@ -16,9 +18,18 @@ from curves.analysis import (
 )
 from curves.plots import ema
 from curves.runs import make_run
+from curves.sources import read_source
 from curves.synthetic import SyntheticPhases, synthetic_run
 
 LIK = "actor/pos_avg_old_log_prob"
+SHIPPED = ROOT / "assets" / "nano-runs"  # the nano runs this repository ships
+
+
+def _shipped(run: str):
+    log = SHIPPED / run / "metrics.jsonl"
+    if not log.is_file():
+        pytest.skip(f"{log} is not in this checkout")
+    return read_source(str(log)).runs[0]
 
 
 def _run(kind: str, seed: int = 0, **kwargs):
@@ -91,12 +102,57 @@ def test_rule_parameters_change_the_outcome():
     assert analyse_run(run, PhaseRule(min_steps=500)).decay_onset is None
 
 
-def test_reward_drop_at_the_very_end_is_too_soon_to_call():
-    reward = pd.Series(np.r_[np.full(95, 0.5), np.full(5, 0.1)], index=np.arange(100))
-    step, note = reward_collapse(reward, PhaseRule(smooth_window=1))
+def test_decay_onset_is_not_before_the_likelihood_peak():
+    """A rise to step 60, a fall to 95 and a partial recovery, a point every 5 steps (the
+    shape of GRPO seed 2 in the main runs): the first fitted decline spans steps 0-90, and
+    its onset was step 0, before the likelihood had peaked."""
+    steps = np.arange(0, 151, 5)
+    shape = np.interp(steps, [0, 60, 95, 150], [-0.67, -0.634, -1.23, -0.73])
+    rule = PhaseRule()
+    for seed in range(4):
+        noise = np.random.default_rng(seed).normal(0, 0.005, len(steps))
+        series = pd.Series(shape + noise, index=steps)
+        _, decay, _, _ = detect_phases(series, rule)
+        peak = int(centred_mean(series, rule.smooth_window).idxmax())
+        assert peak > 0 and decay is not None and decay >= peak
+
+
+def test_main_grpo_seed2_decay_starts_at_its_likelihood_peak():
+    a = analyse_run(_shipped("main-grpo-seed2"))
+    assert a.likelihood_key == "anchor/logp"
+    assert a.peak_step == 40 and a.decay_onset == 40  # was 0, against the plotted peak
+
+
+def test_reward_drop_at_the_very_end_is_too_soon_to_call_unless_deep():
+    def ending(value: float, points: int) -> pd.Series:
+        return pd.Series(np.r_[np.full(100 - points, 0.5), np.full(points, value)],
+                         index=np.arange(100))
+
+    rule = PhaseRule(smooth_window=1)
+    step, note = reward_collapse(ending(0.3, 5), rule)  # 40 % down: not deep
     assert step is None and "too soon" in note
-    step, note = reward_collapse(reward, PhaseRule(smooth_window=1, reward_min_steps=5))
+    step, note = reward_collapse(ending(0.1, 2), rule)  # deep, but 2 points only
+    assert step is None and "too soon" in note
+    step, note = reward_collapse(ending(0.1, 5), rule)  # deep and held 5 points: called
+    assert step == 95 and "deep fall near the end of the log" in note
+    step, note = reward_collapse(ending(0.3, 5), PhaseRule(smooth_window=1,
+                                                           reward_min_steps=5))
     assert step == 95 and note is None
+
+
+def test_a_deep_dip_that_recovers_is_no_collapse():
+    reward = pd.Series(np.full(120, 0.8), index=np.arange(120))
+    reward[50:60] = 0.05
+    assert reward_collapse(reward, PhaseRule()) == (None, None)
+
+
+def test_the_lr_sweeps_collapsed_run_is_called():
+    """The sweep's 3e-4 GRPO run: reward 0.03 at step 48, validation 0/48 at step 50, where
+    its log ends; the 10-point rule called it "too soon"."""
+    a = analyse_run(_shipped("sweep/grpo-lr3e-4-seed0"))
+    assert a.reward_collapse_step == 48
+    assert any("deep fall near the end of the log" in note for note in a.notes)
+    assert not any("too soon" in note for note in a.notes)
 
 
 def test_grad_spikes_found_where_injected():

@@ -60,13 +60,18 @@ def test_likelihood_figure_overlays_both_runs_with_phases(result):
     assert "synthetic-llds-lambda0.2 [LLDS] neg (A<0)" in names
     # Phases II and III of the GRPO run are shaded; the stable LLDS run has none.
     assert len([s for s in fig.layout.shapes if s.type == "rect"]) == 2
-    texts = [a.text for a in fig.layout.annotations]
-    assert any(t.startswith("synthetic-grpo-lambda0.0: II steady decay") for t in texts)
+    labels = fig.layout.annotations
+    texts = [a.text for a in labels]
+    assert any(t.startswith("synthetic-grpo-lambda0.0: II @ ") for t in texts)
+    assert any("steady decay" in a.hovertext for a in labels)  # the details on hover
+    assert "II = steady likelihood decay" in fig.layout.title.subtitle.text
     assert not any("synthetic-llds" in t for t in texts)
     hover = next(t.hovertemplate for t in fig.data if t.hovertemplate)
     assert "actor/pos_avg_old_log_prob" in hover and "raw" in hover
     panel = next(p for p in result.panels if p.id == "likelihood")
-    assert "advantage >= 0" in panel.note and "rounded to 3 decimals" in panel.note
+    # Plain words first, the precise term as a gloss.
+    assert "at least their group's average (advantage ≥ 0" in panel.note
+    assert "rounded to 3 decimals" in panel.note
     assert "rounded to 3 decimals" in fig.layout.title.subtitle.text
 
 

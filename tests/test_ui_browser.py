@@ -313,7 +313,7 @@ def test_bundled_runs_button_plots_them_with_no_error(page):
     messages = page.locator("#curves-messages")
     expect(messages).to_contain_text("likelihood highest", timeout=60_000)
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-    expect(summary).to_contain_text("nano-grpo")
+    expect(summary).to_contain_text("main-grpo-seed0")  # each run named by its folder
     assert fits(summary)
     page.wait_for_timeout(1500)  # the file box's own events, which used to fail, have run
     no_error_badge(page)

@@ -143,18 +143,27 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
     from curves.synthetic import synthetic_run, write_console, write_jsonl
 
     root = tmp_path / "nano-runs"
-    (root / "grpo").mkdir(parents=True)
-    (root / "llds-a").mkdir()
-    (root / "notes").mkdir()  # a folder with no log is skipped
+    for folder in ("grpo", "llds-a", "notes", "collapse/llds-a-lr3e-4-seed0",
+                   "sweep/grpo-lr3e-4-seed0"):
+        (root / folder).mkdir(parents=True)  # "notes": a folder with no log is skipped
+    # The logs name their runs otherwise than their folders, as the shipped ones do.
     write_console(root / "grpo" / "train.log", [("nano-grpo", synthetic_run("grpo", 120))])
     write_jsonl(root / "llds-a" / "metrics.jsonl", synthetic_run("llds", 120),
                 name="nano-llds-a")
     (root / "llds-a" / "train.log").write_text("step:1 - x:1\n")  # metrics.jsonl preferred
+    write_jsonl(root / "collapse" / "llds-a-lr3e-4-seed0" / "metrics.jsonl",
+                synthetic_run("llds", 60), name="nano-llds-a-lambda0.2-lr0.0003-seed0")
+    write_jsonl(root / "sweep" / "grpo-lr3e-4-seed0" / "metrics.jsonl",
+                synthetic_run("grpo", 60), name="nano-grpo-lambda0-lr0.0003-seed0")
     (root / "grpo" / "command.txt").write_text("python -m nano rl --method grpo --seed 0\n")
     (root / "README.md").write_text("# Two runs (a null result)\n\nShort runs, no reward "
                                     "signal.\n\n## More\n\nDetails.\n")
-    assert curves_tab.bundled_logs(root) == [root / "grpo" / "train.log",
-                                             root / "llds-a" / "metrics.jsonl"]
+    # The collapse experiment's runs first, then the sweep's 3e-4 run, then the rest.
+    assert curves_tab.bundled_logs(root) == [
+        root / "collapse" / "llds-a-lr3e-4-seed0" / "metrics.jsonl",
+        root / "sweep" / "grpo-lr3e-4-seed0" / "metrics.jsonl",
+        root / "grpo" / "train.log", root / "llds-a" / "metrics.jsonl"]
+    names = ["collapse/llds-a-lr3e-4-seed0", "sweep/grpo-lr3e-4-seed0", "grpo", "llds-a"]
     monkeypatch.setattr(curves_tab, "BUNDLED_RUNS", root)
     from app.ui import build_app, launch_options
 
@@ -168,29 +177,64 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
             0.6, True, "minmax", api_name="/curves_bundled")
         assert "made by this project on a CPU" in messages
         assert messages.count("not the paper's runs") == 1
+        assert "**What they show.** " + curves_tab.BUNDLED_FINDINGS in messages
         assert "- `grpo`: grpo, seed 0" in messages  # from its command.txt
         assert str(tmp_path) not in messages  # no path of the machine that made them
-        for run in ("nano-grpo", "nano-llds-a"):  # each run's likelihood, as measured
-            assert re.search(rf"`{run}` \(\w+\): likelihood highest at (the last "
-                             r"step|step \d+, then [0-9.]+ (lower|higher) by step)", messages)
+        for run in names:  # each run's likelihood, as measured, under its folder's name
+            assert re.search(rf"`{run}` \(\w+, own samples\): likelihood highest at (the "
+                             r"last step|step \d+, then [0-9.]+ (lower|higher) by step)",
+                             messages)
+        # One name a run everywhere: its folder, not the name its log gives it.
+        logged = re.compile(r"nano-(grpo|llds)")
+        assert not logged.search(messages) and not logged.search(json.dumps(summary))
+        assert [row[0] for row in summary["value"]["data"]] == names
         assert "(set by the user)" not in messages
         methods = {row[0]: row[1] for row in labels["data"]}
-        assert methods == {"nano-grpo": "GRPO", "nano-llds-a": "LLDS"}
+        assert methods == {"collapse/llds-a-lr3e-4-seed0": "LLDS",
+                           "sweep/grpo-lr3e-4-seed0": "GRPO", "grpo": "GRPO",
+                           "llds-a": "LLDS"}
         assert first_plot["visible"] is True
         figure = json.loads(first_plot["value"]["plot"])
-        names = " ".join(str(trace.get("name", "")) for trace in figure["data"])
-        assert "nano-grpo" in names and "nano-llds-a" in names  # overlaid in one panel
+        traces = " ".join(str(trace.get("name", "")) for trace in figure["data"])
+        assert all(run in traces for run in names)  # overlaid in one panel
+        assert not logged.search(traces)
         # Relabel and Analyze again: the bundled runs are re-plotted with the new label.
-        messages, _, labels, *_ = client.predict(
+        messages, summary, labels, *_ = client.predict(
             None, {"headers": ["run", "method"],
-                   "data": [["nano-grpo", "LLDS"], ["nano-llds-a", "LLDS"]]},
+                   "data": [[name, "LLDS" if name == "grpo" else methods[name]]
+                            for name in names]},
             0.6, True, "minmax", api_name="/curves")
-        assert {row[0]: row[1] for row in labels["data"]}["nano-grpo"] == "LLDS"
+        assert {row[0]: row[1] for row in labels["data"]}["grpo"] == "LLDS"
+        assert {row[0]: row[1] for row in summary["value"]["data"]}["grpo"] == "LLDS"
         assert "made by this project" in messages
         # Only the label the user changed reads as set by the user.
         assert messages.count("set by the user") == 1
+        assert "grpo: LLDS (set by the user)" in messages
     finally:
         demo.close()
+
+
+def test_bundled_logs_take_the_collapse_runs_as_they_come(tmp_path):
+    """The collapse experiment's folder fills run by run: a run with only its console log
+    so far is read from it, one with no log yet is skipped, and more runs are picked up
+    as they come, ahead of the sweep's run and the main runs."""
+    from app.ui.curves_tab import bundled_logs, bundled_name
+
+    root = tmp_path / "nano-runs"
+    for folder in ("main-grpo-seed0", "sweep/grpo-lr1e-4-seed0", "sweep/grpo-lr3e-4-seed0",
+                   "collapse/grpo-lr3e-4-seed0", "collapse/llds-a-lr3e-4-seed0"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "metrics.jsonl").write_text('{"step": 0}\n')
+    (root / "collapse" / "llds-a-lr3e-4-seed0" / "metrics.jsonl").unlink()
+    (root / "collapse" / "llds-a-lr3e-4-seed0" / "train.log").write_text("step:0\n")
+    (root / "collapse" / "grpo-lr3e-4-seed1").mkdir()  # started, nothing logged yet
+    names = [bundled_name(log, root) for log in bundled_logs(root)]
+    assert names == ["collapse/grpo-lr3e-4-seed0", "collapse/llds-a-lr3e-4-seed0",
+                     "sweep/grpo-lr3e-4-seed0", "main-grpo-seed0"]
+    (root / "collapse" / "grpo-lr3e-4-seed1" / "metrics.jsonl").write_text('{"step": 0}\n')
+    assert [bundled_name(log, root) for log in bundled_logs(root)][:3] == [
+        "collapse/grpo-lr3e-4-seed0", "collapse/grpo-lr3e-4-seed1",
+        "collapse/llds-a-lr3e-4-seed0"]
 
 
 def test_without_bundled_runs_the_button_is_hidden(tmp_path, monkeypatch, local_retriever):

@@ -1,12 +1,15 @@
 """The Training-curves tab: upload training logs, see whether likelihood displacement set in
 (the figures, the summary table and the messages of `curves.analyze_uploads`). "Try the
 bundled runs" plots the nano-scale GRPO and LLDS runs this repository ships
-(`assets/nano-runs/<run>/`), overlaid, and says in a few lines what they are and what
-their likelihood did.
+(`assets/nano-runs/`: the collapse experiment's runs first, then the lr sweep's 3e-4 run,
+then the main runs), overlaid, each named by its folder there, and says in a few lines what
+they are, what they show and what their likelihood did.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import gradio as gr
@@ -17,18 +20,48 @@ from app.ui.transcript import escape
 
 PLOT_SLOTS = 16  # more than the panels curves draws for a verl log, so none is cut
 BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
+# Which run folders under BUNDLED_RUNS are plotted, in this order (globs; a folder with no
+# log is skipped): the collapse experiment's runs, as many as have been copied in so far,
+# then the lr sweep's 3e-4 run (the collapse that started it), then the main lr 3e-5 runs.
+BUNDLED_ORDER = ("collapse/*", "sweep/grpo-lr3e-4-seed0", "*")
 BUNDLED_NOTE = (
-    "**The bundled runs** are short training runs of an earlier version of the nano search "
-    "agent (this studio's default model) made by this project on a CPU, with plain GRPO "
-    "and with GRPO plus the LLDS term, several seeds each (drawn as their mean with a band; "
-    "\"each run\" shows every seed): not the paper's runs (3B-7B models on GPUs), so not "
-    "comparable with its numbers. They test at toy scale what the paper is about: whether "
-    "the likelihood of the model's good responses falls during GRPO. "
-    "`assets/nano-runs/README.md` has the pre-registered criteria and what came out.")
+    "**The bundled runs** are short training runs of the nano search agent (this studio's "
+    "default model, 4M parameters) made by this project on a CPU, with plain GRPO and with "
+    "GRPO plus the LLDS term (LLDS-A): not the paper's runs (3B-7B models on GPUs), so not "
+    "comparable with its numbers. First the collapse experiment at a high learning rate "
+    "(`collapse/`, lr 3e-4, seeds added as they finish), then the learning-rate sweep's "
+    "GRPO run at lr 3e-4 (`sweep/grpo-lr3e-4-seed0`), then the main runs at lr 3e-5 "
+    "(`main-*`, three seeds a method). Each run is named by its folder in "
+    "`assets/nano-runs/`; runs that differ only by seed are drawn as their mean with a band "
+    "(\"each run\" shows every seed). `assets/nano-runs/README.md` has the pre-registered "
+    "criteria and what came out.")
+# What the bundled runs show, in two sentences: written from the shipped logs (collapse/*:
+# anchor/logp, critic/score/mean, val/test_score/vitalqa) and to be rewritten when more of
+# the collapse runs come in.
+BUNDLED_FINDINGS = (
+    "At lr 3e-4 (seed 0 so far), GRPO's likelihood of its starting model's right answers "
+    "fell from step 6 while its reward rose, and its reward collapsed at step 48 (1 of 48 "
+    "validation questions right at step 50), as in the sweep's run; LLDS-A kept that "
+    "likelihood rising (−0.67 → −0.07 by step 80, through a dip at steps 56-62) and its "
+    "reward high, with no collapse, though its validation slid from 0.75 to 0.60. At lr "
+    "3e-5 nothing collapsed: the likelihood fell late in two of three GRPO seeds and rose "
+    "under LLDS-A, and neither method changed held-out accuracy.")
+LIKELIHOOD_SOURCES = {
+    "anchor/logp": "anchor set",
+    "actor/pos_avg_old_log_prob": "own samples",
+}
+LIKELIHOOD_INTRO = (
+    "What each run's likelihood did (how likely the model finds good answers, as a mean "
+    "log-probability a token; *anchor set*: a fixed set of the starting model's right "
+    "answers, re-scored every few steps; *own samples*, for a run with fewer than "
+    "{min_steps} anchor-set points so far: its own responses that scored at least their "
+    "group's average):")
 PHASE_RULE_NOTE = (
-    "The phase columns use a strict rule (a straight-line decline over at least "
-    "{segment} logged steps, far outside the noise); a shorter or noisier fall reads "
-    "\"no decline met the phase-II rule\" there.")
+    "On the plots, a label such as \"II @ 100\" marks where a run's steady likelihood "
+    "decay (phase II) starts, \"III\" an accelerated collapse; hover a label for more. The "
+    "rule is strict (a straight-line decline over at least {segment} logged points, far "
+    "beyond the noise): a shorter or noisier fall reads \"no decline met the phase-II "
+    "rule\" in the table.")
 # The summary columns shown, and their headings here (the rest are in curves' CSV export).
 SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
@@ -36,7 +69,12 @@ SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "steady decay onset (II)": "decay onset (II)",
                 "accelerated collapse onset (III)": "collapse onset (III)",
                 "reward collapsed": "reward collapsed", "notes": "notes"}
-SUMMARY_WIDTHS = ["22%", "7%", "6%", "8%", "9%", "8%", "8%", "8%", "24%"]
+# Each column at least as wide as its longest word (headers in 14 px Studio Sans bold:
+# "likelihood" 62 px; cells in 14 px Studio Mono, 8.4 px a character: "-0.3672", the
+# "tolerance-" of a run name) plus 16 px of padding, in pixels so a narrow window cannot
+# squeeze a word apart ("likelihoo d" at 9 % of 1000 px); the notes take the rest of a
+# 1400 px window. Under ~1200 px the table scrolls sideways instead of breaking words.
+SUMMARY_WIDTHS = ["160px", "66px", "60px", "84px", "84px", "66px", "72px", "80px", "40%"]
 _SETTINGS = {"--method": "{}", "--gate": "{} gate", "--lr": "lr {}", "--steps": "{} steps",
              "--seed": "seed {}"}
 # How runs that differ only by seed are drawn (curves.seeds.BANDS; "none": each run alone).
@@ -54,23 +92,47 @@ def run_settings(log: Path) -> str:
     return ", ".join(found)
 
 
-def bundled_logs(root: Path | None = None) -> list[Path]:
-    """One log per bundled run: its JSON-lines metrics, else its console log."""
+def bundled_logs(root: Path | None = None,
+                 order: Sequence[str] = BUNDLED_ORDER) -> list[Path]:
+    """One log per bundled run, in `order`: its JSON-lines metrics, else its console log."""
     root = BUNDLED_RUNS if root is None else root
     if not root.is_dir():
         return []
-    logs = []
-    for run in sorted(p for p in root.iterdir() if p.is_dir()):
-        found = next((run / name for name in ("metrics.jsonl", "train.log")
-                      if (run / name).is_file()), None)
-        if found is not None:
-            logs.append(found)
+    logs: list[Path] = []
+    for pattern in order:
+        for run in sorted(p for p in root.glob(pattern) if p.is_dir()):
+            found = next((run / name for name in ("metrics.jsonl", "train.log")
+                          if (run / name).is_file()), None)
+            if found is not None and found not in logs:
+                logs.append(found)
     return logs
+
+
+def bundled_name(log: Path, root: Path | None = None) -> str:
+    """A bundled run's one name: its folder under the bundled root (`main-grpo-seed0`,
+    `collapse/grpo-lr3e-4-seed0`), which a visitor can find in the repository; the name a
+    log gives itself (`nano-grpo-lambda0-lr3e-05-seed0`) is found nowhere else."""
+    root = BUNDLED_RUNS if root is None else root
+    try:
+        return log.parent.relative_to(root).as_posix()
+    except ValueError:
+        return log.parent.name
+
+
+def rename_in(text: str, names: dict[str, str]) -> str:
+    """`text` with every old name of `names` replaced by its new one (longest first, so a
+    name that another begins with is not replaced inside it)."""
+    if not names:
+        return text
+    pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
+    return re.sub(pattern, lambda match: names[match.group(0)], text)
 
 
 def likelihood_line(analysis) -> str:
     """What happened to one run's likelihood, in the summary table's own figures."""
-    name = f"`{escape(analysis.run)}` ({escape(analysis.method)})"
+    source = LIKELIHOOD_SOURCES.get(analysis.likelihood_key or "", analysis.likelihood_key)
+    name = (f"`{escape(analysis.run)}` ({escape(analysis.method)}"
+            + (f", {escape(source)})" if source else ")"))
     change = analysis.likelihood_change
     if change is None or analysis.peak_step is None:
         return f"- {name}: no likelihood logged."
@@ -103,13 +165,19 @@ class CurvesTab:
                                      elem_id="curves-bundled")
         self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
         self.guessed = gr.State({})  # run -> the method guessed from its name
+        # Bundled run name -> the name its log gives it, the name `analyze_uploads` knows it
+        # by (a relabel is passed on under it). The same for every visitor: the files are.
+        self.logged_names: dict[str, str] = {}
         with gr.Row():
             self.files = gr.File(label="Training logs", file_count="multiple", scale=3,
                                  elem_id="curves-files")
             with gr.Column(scale=2):
+                # Widths of the table's own: sized by the run names, the method column was
+                # pushed out of view ("GR", "LL"); names wrap at their hyphens instead.
                 self.labels = gr.Dataframe(headers=["run", "method"], datatype=["str", "str"],
                                            value=[], column_count=(2, "fixed"),
-                                           interactive=True,
+                                           interactive=True, wrap=True,
+                                           column_widths=["72%", "28%"],
                                            label="Method labels (GRPO or LLDS)",
                                            elem_id="curves-labels")
                 self.smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01,
@@ -124,7 +192,8 @@ class CurvesTab:
         self.summary = gr.Dataframe(label="Summary", interactive=False, wrap=True,
                                     visible=False, elem_id="curves-summary",
                                     column_widths=SUMMARY_WIDTHS)
-        self.plots = [gr.Plot(visible=False) for _ in range(PLOT_SLOTS)]
+        # No block label: the figure has its title, which the label box sat on top of.
+        self.plots = [gr.Plot(visible=False, show_label=False) for _ in range(PLOT_SLOTS)]
 
     def run(self, paths, table, weight: float, notes: bool, band: str = "minmax",
             guessed: dict | None = None, bundled: bool = False) -> dict:
@@ -143,10 +212,15 @@ class CurvesTab:
         if guessed is not None:
             changed = {run: method for run, method in label_rows(table).items()
                        if guessed.get(run) != method} or None
+        if bundled and changed:  # the table shows folder names; the logs know their own
+            changed = {self.logged_names.get(run, run): method
+                       for run, method in changed.items()}
+        band = None if band in (None, "none") else band
         try:
             result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
-                                     annotate=bool(notes),
-                                     band=None if band in (None, "none") else band)
+                                     annotate=bool(notes), band=band)
+            if bundled:
+                self.name_by_folder(result, float(weight), bool(notes), band)
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
             return {**update, self.messages: f"**Could not analyse the files:** "
                                              f"{escape(str(err))}",
@@ -171,17 +245,50 @@ class CurvesTab:
             update[self.guessed] = {r.name: r.method for r in result.runs}
         return update
 
+    def name_by_folder(self, result, weight: float, notes: bool, band: str | None) -> None:
+        """Name each bundled run by its folder (`bundled_name`) in the result's runs, table,
+        messages and figures, which are drawn again under the new names."""
+        from curves.analysis import summary_table
+        from curves.plots import build_panels
+
+        folders = {log.resolve(): bundled_name(log) for log in self.bundled}
+        renamed: dict[str, str] = {}
+        in_text: dict[str, str] = {}  # the names safe to replace inside a message's words
+        for run in result.runs:
+            source = Path(run.source)
+            folder = folders.get(source.resolve())
+            if folder is None:
+                continue
+            # A log holding several runs (its step count restarts): number them.
+            new = folder if folder not in renamed.values() else f"{folder} ({run.name})"
+            renamed[run.name] = new
+            # A log that names no run is named by its file ("metrics"), a word that the
+            # messages use otherwise ("41 metrics"): such a name is left as it is there.
+            if not run.name.startswith(source.stem):
+                in_text[run.name] = new
+        if not renamed:
+            return
+        self.logged_names.update({new: old for old, new in renamed.items()})
+        for run in result.runs:
+            run.name = renamed.get(run.name, run.name)
+        for analysis in result.analyses:
+            analysis.run = renamed.get(analysis.run, analysis.run)
+        for message in result.messages:
+            message.text = rename_in(message.text, in_text)
+        result.summary = summary_table(result.analyses)
+        result.panels = build_panels(result.runs, result.analyses, smoothing=weight,
+                                     annotate=notes, band=band)
+
     def uploaded(self, paths, table, weight: float, notes: bool, band: str) -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
         return {**self.run(paths, table, weight, notes, band), self.showing_bundled: False}
 
     def bundled_text(self, result) -> str:
         """What the bundled runs are and what their likelihood did (the table's figures)."""
-        settings = [f"- `{escape(log.parent.name)}`: {escape(found)}"
+        settings = [f"- `{escape(bundled_name(log))}`: {escape(found)}"
                     for log in self.bundled if (found := run_settings(log))]
-        parts = [BUNDLED_NOTE,
-                 "What the likelihood of each run's good responses (mean log-probability "
-                 "per token, advantage >= 0) did:\n\n"
+        parts = [BUNDLED_NOTE, "**What they show.** " + BUNDLED_FINDINGS,
+                 LIKELIHOOD_INTRO.format(min_steps=result.rule.min_steps) + "\n\n"
                  + "\n".join(likelihood_line(a) for a in result.analyses),
                  PHASE_RULE_NOTE.format(segment=result.rule.min_segment),
                  "Made with `python -m nano rl`:\n\n" + "\n".join(settings)

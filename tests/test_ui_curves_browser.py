@@ -1,0 +1,174 @@
+"""The Training-curves tab's bundled runs in a real Chromium, as a first-time visitor sees
+them at 1400 and 1000 px: phase labels that do not print over each other, tables whose
+words stay whole (no "GR" for GRPO, no "likelihoo d"), and one name per run.
+
+The app runs in this process on loopback; no model runs (the tab reads logs only), so the
+backend factory refuses every model and the retriever returns nothing. Screenshots go to
+test-artifacts/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agent.backends.base import ModelLoadError
+from agent.testing import free_port
+from app.ui.curves_tab import BUNDLED_RUNS, bundled_logs
+from tests.browser import ARTIFACTS, require_chromium
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+require_chromium()
+if not bundled_logs():
+    pytest.skip("assets/nano-runs is not in this checkout", allow_module_level=True)
+
+
+def no_model(model: str):
+    raise ModelLoadError(f"{model}: no model runs in this test")
+
+
+class NoDocuments:
+    def search(self, queries, topk=3):
+        return [[] for _ in queries]
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from app.ui import build_app, launch_options
+
+    demo = build_app(no_model, NoDocuments())
+    port = free_port()
+    demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.fixture(scope="module", params=[1400, 1000], ids=lambda width: f"{width}px")
+def bundled(request, browser, app_url):
+    """The tab after "Try the bundled runs", at one viewport width (plotted once a width:
+    every test below only reads the page)."""
+    from playwright.sync_api import expect
+
+    width = request.param
+    context = browser.new_context(viewport={"width": width, "height": 1100})
+    page = context.new_page()
+    page.goto(app_url)
+    page.get_by_role("tab", name="Training curves").click()
+    page.locator("#curves-bundled").click()
+    expect(page.locator("#curves-messages")).to_contain_text("likelihood highest",
+                                                             timeout=120_000)
+    expect(page.locator("#curves-summary")).to_contain_text("GRPO", timeout=60_000)
+    plots = page.locator(".js-plotly-plot")
+    expect(plots.first).to_be_visible(timeout=60_000)
+    page.wait_for_timeout(1500)  # plotly lays its annotations out after the first paint
+    page.screenshot(path=str(ARTIFACTS / f"curves-bundled-{width}.png"), full_page=True)
+    plots.first.screenshot(path=str(ARTIFACTS / f"curves-likelihood-{width}.png"))
+    yield page
+    context.close()
+
+
+# Each plot's annotation text boxes (plotly draws one `g.annotation` per label).
+LABEL_BOXES = """plot => [...plot.querySelectorAll('g.annotation')].map(g => {
+  const r = g.querySelector('.annotation-text-g').getBoundingClientRect();
+  return {text: g.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+})"""
+
+
+def overlapping(boxes: list[dict], slack: float = 0.5) -> list[tuple[str, str]]:
+    """Pairs of text boxes that share more than `slack` pixels either way."""
+    pairs = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if (min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack and
+                    min(a["bottom"], b["bottom"]) - max(a["top"], b["top"]) > slack):
+                pairs.append((a["text"], b["text"]))
+    return pairs
+
+
+def test_phase_labels_of_the_bundled_runs_do_not_overlap(bundled):
+    plots = bundled.locator(".js-plotly-plot")
+    labelled = 0
+    for index in range(plots.count()):
+        plot = plots.nth(index)
+        boxes = plot.evaluate(LABEL_BOXES)
+        labelled += bool(boxes)
+        assert overlapping(boxes) == [], f"plot {index}: labels print over each other"
+        # And each label is inside the figure, not cut off at its edge.
+        frame = plot.locator(".main-svg").first.bounding_box()
+        for box in boxes:
+            assert frame["x"] - 1 <= box["left"] and box["right"] <= frame["x"] + \
+                frame["width"] + 1, f"plot {index}: {box['text']!r} runs off the figure"
+    assert labelled >= 2  # the likelihood and reward panels, at least, carry labels
+
+
+# Gradio draws a table's headers as a <table> and its rows as divs (`role=gridcell`).
+# Words of its headers and cells drawn across two lines at a place that is not a hyphen or
+# slash ("likelihoo d", "GR" + "PO"), and cells whose text runs past the cell's edge
+# (clipped: "GR").
+BROKEN_WORDS = """block => {
+  const broken = [];
+  for (const cell of block.querySelectorAll('th, [role=gridcell]')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const text = node.textContent;
+      for (const m of text.matchAll(/\\S+/g)) {
+        let top = null;
+        for (let i = m.index; i < m.index + m[0].length; i++) {
+          const range = document.createRange();
+          range.setStart(node, i);
+          range.setEnd(node, i + 1);
+          const rect = range.getBoundingClientRect();
+          if (!rect.width) continue;
+          const row = Math.round(rect.top);
+          if (top !== null && row !== top && !'-/'.includes(text[i - 1]))
+            broken.push(m[0]);
+          top = row;
+        }
+      }
+    }
+  }
+  return [...new Set(broken)];
+}"""
+CLIPPED = """block => [...block.querySelectorAll('th, [role=gridcell]')].filter(cell => {
+  const range = document.createRange();
+  range.selectNodeContents(cell);
+  const text = range.getBoundingClientRect(), box = cell.getBoundingClientRect();
+  return text.width && text.right > box.right + 1;
+}).map(cell => cell.textContent)"""
+
+
+def test_tables_keep_words_whole_and_show_the_methods(bundled):
+    for block in ("#curves-summary", "#curves-labels"):
+        assert bundled.locator(block).evaluate(BROKEN_WORDS) == [], block
+        assert bundled.locator(block).evaluate(CLIPPED) == [], block
+    methods = bundled.locator("#curves-labels [role=gridcell][data-col='1']")
+    assert {text.strip() for text in methods.all_inner_texts()} == {"GRPO", "LLDS"}
+    bundled.locator("#curves-labels").screenshot(
+        path=str(ARTIFACTS / f"curves-labels-{bundled.viewport_size['width']}.png"))
+
+
+def test_each_bundled_run_has_one_name_its_folder(bundled):
+    # A run's folder under assets/nano-runs: `main-grpo-seed0`, `sweep/grpo-lr3e-4-seed0`.
+    folders = {log.parent.relative_to(BUNDLED_RUNS).as_posix() for log in bundled_logs()}
+    # The labels table draws the rows in view only: read the names from the summary's
+    # first column and the labels table's, scrolled through.
+    labels = bundled.locator("#curves-labels [role=gridcell][data-col='0']")
+    seen = set()
+    for _ in range(10):
+        seen |= {name.strip() for name in labels.all_inner_texts()}
+        labels.last.scroll_into_view_if_needed()
+        bundled.wait_for_timeout(200)
+    assert seen == folders
+    summary = bundled.locator("#curves-summary").inner_text()
+    messages = bundled.locator("#curves-messages").inner_text()
+    logged = re.compile(r"nano-(grpo|llds)")  # the names the logs give their runs
+    assert not logged.search(summary) and not logged.search(messages.split("Details:")[0])
+    made_with = messages.split("Made with", 1)[1]
+    for folder in folders:
+        assert folder in summary and folder in made_with
+    names = " ".join(bundled.locator(".js-plotly-plot").first.evaluate(
+        "p => [...p.querySelectorAll('.legendtext, .annotation')].map(e => e.textContent)"))
+    assert not logged.search(names)
+    assert re.search(r"main-grpo", names)
