@@ -90,6 +90,28 @@ def test_examples_file_round_trip_and_bad_files(tmp_path, tiny_models, monkeypat
     assert load_examples(tmp_path / "missing.json") == []
 
 
+def test_the_compare_question_is_one_b_answers_and_a_does_not(tmp_path, tiny_models,
+                                                               monkeypatch, default_corpus):
+    said = json.loads((tiny_models["scripted"] / "scripted_paths.json").read_text())
+    said = said["\n\n"][1].strip()
+    bench = write_benchmark(tmp_path / "test.jsonl", [
+        {"id": "a", "question": "capital of France", "golden_answers": ["Paris"]},
+        {"id": "b", "question": "who directed it", "golden_answers": [said]},
+        {"id": "c", "question": "who directed that", "golden_answers": [said]}])
+    out = tmp_path / "compare_example.json"
+    pair = (str(tiny_models["eos"]), str(tiny_models["scripted"]))  # A says nothing
+    code = examples_module.main(["--compare", *pair, "--benchmark", str(bench), "--out",
+                                 str(out), "--engine", "bm25s", "--max-obs-tokens", "4000"])
+    data = json.loads(out.read_text())
+    assert code == 0 and data["question"] == "who directed it" and data["em"] == [0, 1]
+    assert [row["id"] for row in data["asked"]] == ["a", "b"]  # stops at the first found
+    assert data["answers"][1].strip().lower() == said.lower()
+    assert examples_module.load_compare_example(pair, out)["id"] == "b"
+    assert examples_module.load_compare_example(pair[::-1], out) is None  # another pair
+    (tmp_path / "broken.json").write_text("{not json")
+    assert examples_module.load_compare_example(pair, tmp_path / "broken.json") is None
+
+
 def launch_nano_studio(retriever, examples_file, monkeypatch):
     from app.ui import build_app, launch_options
 

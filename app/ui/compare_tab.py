@@ -49,7 +49,7 @@ class CompareTab:
                     "settings come from the Ask tab.")
         with gr.Row():
             self.question = gr.Textbox(label="Question", scale=5, elem_id="compare-question",
-                                       value=studio.first_example())
+                                       value=studio.compare_example())
             self.go = gr.Button(COMPARE_LABEL, variant="primary", scale=1,
                                 elem_id="compare-button")
             self.stop_button = gr.Button("Stop", variant="stop", scale=1,

@@ -18,7 +18,7 @@ from agent.models import (
 )
 from app.ui.access import Access
 from app.ui.controls import Decoding, model_picker
-from app.ui.examples import load_examples
+from app.ui.examples import load_compare_example, load_examples
 from app.ui.model_pool import ModelPool
 from app.ui.run_registry import RunRegistry
 
@@ -90,8 +90,15 @@ class Studio:
         return load_examples() if self.nano else []
 
     def first_example(self) -> str:
-        """The first question the studio suggests (the Compare tab starts with it)."""
+        """The first question the studio suggests."""
         return (self.nano_examples() or CORPUS_EXAMPLES)[0]
+
+    def compare_example(self) -> str:
+        """The Compare tab's starting question: for the pair it was measured on, the stored
+        one (assets/compare_example.json: one B answers and A does not, as they really
+        do); else the first suggested question."""
+        stored = load_compare_example(self.pair)
+        return str(stored["question"]) if stored else self.first_example()
 
 
 def unavailable_label(name: str, problem: str | None) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from agent.models import NANO, ROOT
 
 EXAMPLES_FILE = ROOT / "assets" / "ask_examples.json"
+COMPARE_FILE = ROOT / "assets" / "compare_example.json"
 BENCHMARK_FILE = ROOT / "assets" / "naturalqa" / "test.jsonl"
 
 
@@ -87,6 +88,48 @@ def pick_examples(backend, retriever, benchmark: Path, n: int = 6, limit: int | 
     return examples, len(questions), len(right)
 
 
+def load_compare_example(pair: tuple[str, str], path: Path | None = None) -> dict | None:
+    """The stored Compare question for exactly this (A, B) pair, with what each answered;
+    None when the file is missing, not ours, or measured on another pair."""
+    path = COMPARE_FILE if path is None else path
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if tuple(data["pair"]) != tuple(pair) or not str(data["question"]).strip():
+            return None
+        return data
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def pick_compare(backends: tuple, retriever, benchmark: Path, settings=None,
+                 limit: int | None = None) -> dict:
+    """Ask both models (A, B) the benchmark's questions in order, greedy, until one that B
+    answers right and A does not; what each answered on every question asked. When there
+    is none, the first question either answers right (else the first asked)."""
+    from agent.events import Finished
+    from agent.loop import AgentSettings, run_agent
+    from evaluator.benchmarks import question_from_record, read_data_file
+    from evaluator.rundir import make_record
+
+    questions = [question_from_record(record, benchmark.parent.name, i, where)
+                 for i, (where, record) in enumerate(read_data_file(benchmark))][:limit]
+    asked: list[dict] = []
+    for question in questions:
+        row = {"id": question.id, "question": question.question, "answers": [], "em": []}
+        for backend in backends:
+            *_, finished = run_agent(question.question, backend, retriever,
+                                     settings or AgentSettings())
+            record = make_record(question, finished) if isinstance(finished, Finished) else None
+            row["answers"].append(record.prediction if record else None)
+            row["em"].append(int(record.metrics["em"]) if record else 0)
+        asked.append(row)
+        if row["em"] == [0, 1]:
+            break
+    chosen = next((r for r in asked if r["em"] == [0, 1]),
+                  next((r for r in asked if any(r["em"])), asked[0] if asked else None))
+    return {"chosen": chosen, "asked": asked}
+
+
 def main(argv: list[str] | None = None) -> int:
     from agent.config import (
         BackendOptions,
@@ -102,13 +145,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--benchmark", type=Path, default=BENCHMARK_FILE)
     parser.add_argument("--n", type=int, default=6, help="how many examples")
     parser.add_argument("--limit", type=int, help="ask only the first N questions")
-    parser.add_argument("--out", type=Path, default=EXAMPLES_FILE)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"default {EXAMPLES_FILE.name}, or {COMPARE_FILE.name} with "
+                             "--compare")
+    parser.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                        help="instead: the Compare tab's default question for this pair, "
+                             "the first of --benchmark that B answers right and A does not")
     add_retriever_flags(parser)
     add_agent_flags(parser)
     args = parser.parse_args(argv)
     if not args.benchmark.is_file():
         print(f"error: no benchmark file {args.benchmark}", file=sys.stderr)
         return 2
+    if args.compare:
+        return write_compare(args, agent_settings(args), make_retriever(args),
+                             args.out or COMPARE_FILE)
+    args.out = args.out or EXAMPLES_FILE
     backend = BackendOptions(device="cpu").load(args.model)
     examples, asked, right = pick_examples(backend, make_retriever(args), args.benchmark,
                                            args.n, args.limit, agent_settings(args))
@@ -126,6 +178,33 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n",
                         encoding="utf-8")
     print(f"{len(examples)} examples ({right} of {asked} answered right) -> {args.out}")
+    return 0
+
+
+def write_compare(args, settings, retriever, out: Path) -> int:
+    from agent.config import BackendOptions
+
+    options = BackendOptions(device="cpu")
+    pair = tuple(args.compare)
+    found = pick_compare(tuple(options.load(m) for m in pair), retriever, args.benchmark,
+                         settings, args.limit)
+    chosen = found["chosen"]
+    if chosen is None:
+        print(f"error: no question in {args.benchmark}; nothing written.", file=sys.stderr)
+        return 1
+    benchmark = args.benchmark.resolve()
+    payload = {"note": "The Compare tab's default question for this pair: the first of the "
+                       "benchmark (in file order, greedy) that B answers right and A does "
+                       "not; what both answered on every question asked. Written by "
+                       "python -m app.ui.examples --compare.",
+               "pair": list(pair), "benchmark": str(benchmark.relative_to(ROOT))
+               if benchmark.is_relative_to(ROOT) else str(benchmark),
+               "question": chosen["question"], "id": chosen["id"],
+               "answers": chosen["answers"], "em": chosen["em"], "asked": found["asked"]}
+    out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"{chosen['question']!r}: A {chosen['answers'][0]!r} (EM {chosen['em'][0]}), B "
+          f"{chosen['answers'][1]!r} (EM {chosen['em'][1]}); {len(found['asked'])} asked "
+          f"-> {out}")
     return 0
 
 
