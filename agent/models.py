@@ -27,7 +27,7 @@ AUTO = "auto"  # what --model means when not given: `default_model()` decides
 NANO = "nano"  # the nano search agent (assets/nano-agent)
 NANO_GRPO = "nano-grpo"  # the nano agent after GRPO (assets/nano-runs/…)
 NANO_LLDS = "nano-llds"  # the nano agent after GRPO + LLDS
-NANO_MODELS = (NANO, NANO_GRPO, NANO_LLDS)
+NANO_MODELS = (NANO, NANO_GRPO, NANO_LLDS, "nano-grpo-lr3e-5", "nano-llds-lr3e-5")
 
 
 @dataclass(frozen=True)

@@ -111,3 +111,28 @@ def test_cli_prints_each_run_the_test_survival_and_warnings(tmp_path):
     missing = subprocess.run([*SCRIPT, str(tmp_path / "none")], cwd=ROOT,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no run folder" in missing.stderr
+
+
+@pytest.mark.slow
+def test_the_runs_readme_shows_what_the_script_prints_from_the_shipped_logs():
+    """The collapse experiment's table and counts in assets/nano-runs/README.md are what
+    the verdict prints from the logs shipped in assets/nano-runs/collapse/."""
+    import re
+
+    runs = ROOT / "assets" / "nano-runs"
+    done = subprocess.run([*SCRIPT, str(runs / "collapse")], cwd=ROOT, capture_output=True,
+                          text=True, env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+    def rows(text: str) -> dict[str, str]:
+        return {line.split("|")[1].strip(): line.strip() for line in text.splitlines()
+                if re.match(r"\| (grpo|llds-a)-lr3e-4-seed\d+ \|", line)}
+
+    readme = (runs / "README.md").read_text(encoding="utf-8")
+    printed = rows(done.stdout)
+    shipped = sorted(p.name for p in (runs / "collapse").iterdir() if p.is_dir())
+    assert sorted(printed) == shipped and len(shipped) >= 2
+    assert rows(readme) == printed
+    for line in done.stdout.splitlines():
+        if re.match(r"(GRPO|LLDS-A): \d+ of \d+ judged runs collapsed|Fisher's exact", line):
+            assert line in readme, line

@@ -232,7 +232,8 @@ def reproduction(run_dir: Path, sweep_dir: Path, upto: int = 50) -> str:
     steps = [s for s in range(1, upto + 1) if s in ours and s in theirs]
     same = [s for s in steps if abs(ours[s] - theirs[s]) < 1e-9]
     first = next((s for s in steps if s not in same), None)
-    return (f"Reproduction ({run_dir.name} vs {sweep_dir.name}, steps 1-{upto}): reward equal "
+    return (f"Reproduction ({run_dir.name} vs {sweep_dir.parent.name}/{sweep_dir.name}, steps "
+            f"1-{upto}): reward equal "
             f"at {len(same)} of {len(steps)} steps"
             + ("" if first is None else f"; first difference at step {first} "
                f"({ours[first]:.3f} vs {theirs[first]:.3f})") + ".")
