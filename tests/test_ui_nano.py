@@ -105,6 +105,7 @@ def test_the_compare_question_is_one_b_answers_and_a_does_not(tmp_path, tiny_mod
     data = json.loads(out.read_text())
     assert code == 0 and data["question"] == "who directed it" and data["em"] == [0, 1]
     assert [row["id"] for row in data["asked"]] == ["a", "b"]  # stops at the first found
+    assert data["asked"][0]["em"] == [None, 0]  # A is asked only where B is right
     assert data["answers"][1].strip().lower() == said.lower()
     assert examples_module.load_compare_example(pair, out)["id"] == "b"
     assert examples_module.load_compare_example(pair[::-1], out) is None  # another pair

@@ -14,6 +14,7 @@ from tests.browser import ARTIFACTS, require_chromium
 
 NANO_DIR = ROOT / "assets" / "nano-agent"
 EXAMPLES = ROOT / "assets" / "ask_examples.json"
+COMPARE = ROOT / "assets" / "compare_example.json"
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 if not (NANO_DIR / "config.json").is_file():
@@ -40,20 +41,32 @@ def studio_url():
     stop_process(process)
 
 
-def test_compare_on_a_fresh_studio_loads_both_default_models_at_once(browser, studio_url):
-    """The first click of a fresh studio: the GRPO and LLDS nano models load side by side
-    (two loads at once, each in its own thread) and both answer."""
+def test_compare_untouched_shows_the_pair_answering_its_default_as_they_really_do(
+        browser, studio_url):
+    """A fresh studio's Compare tab, untouched: the collapse-regime pair, labelled with what
+    happened to each in training, on the question stored for that pair
+    (assets/compare_example.json); both load at once and answer as measured: B (LLDS-A)
+    right, A (GRPO, collapsed) not."""
     from playwright.sync_api import expect
 
+    stored = json.loads(COMPARE.read_text(encoding="utf-8"))
     page = browser.new_context(viewport={"width": 1400, "height": 1100}).new_page()
     page.goto(studio_url)
     page.get_by_role("tab", name="Compare").click()
+    expect(page.locator("#compare-question textarea")).to_have_value(stored["question"])
+    assert "collapsed in training" in page.locator("#compare-model-a input").input_value()
+    assert "did not collapse" in page.locator("#compare-model-b input").input_value()
     page.locator("#compare-button").click()
+    table = page.locator("#compare-table")
+    expect(table).to_contain_text("Ended", timeout=60_000)
+    expect(table).not_to_contain_text("running", timeout=600_000)
     for side in ("a", "b"):
-        chat = page.locator(f"#compare-chat-{side}")
-        expect(chat).to_contain_text("Answer:", timeout=120_000)
-        expect(chat).not_to_contain_text("could not be loaded")
-    expect(page.locator("#compare-table")).to_contain_text("Searches")
+        expect(page.locator(f"#compare-chat-{side}")).not_to_contain_text(
+            "could not be loaded")
+    expect(page.locator("#compare-chat-b")).to_contain_text(stored["answers"][1])
+    cells = [c.strip() for c in table.inner_text().splitlines() if c.startswith("Answer")]
+    assert cells and stored["answers"][1] in cells[0]
+    assert stored["em"] == [0, 1]
     page.screenshot(path=str(ARTIFACTS / "nano-compare.png"), full_page=True)
     page.context.close()
 

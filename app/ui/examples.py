@@ -103,9 +103,10 @@ def load_compare_example(pair: tuple[str, str], path: Path | None = None) -> dic
 
 def pick_compare(backends: tuple, retriever, benchmark: Path, settings=None,
                  limit: int | None = None) -> dict:
-    """Ask both models (A, B) the benchmark's questions in order, greedy, until one that B
-    answers right and A does not; what each answered on every question asked. When there
-    is none, the first question either answers right (else the first asked)."""
+    """Ask B the benchmark's questions in order, greedy, and A those B answers right, until
+    one that B answers right and A does not; what each answered on every question asked
+    (A: None where not asked). When there is none, the first B answers right (else the
+    first asked)."""
     from agent.events import Finished
     from agent.loop import AgentSettings, run_agent
     from evaluator.benchmarks import question_from_record, read_data_file
@@ -113,20 +114,24 @@ def pick_compare(backends: tuple, retriever, benchmark: Path, settings=None,
 
     questions = [question_from_record(record, benchmark.parent.name, i, where)
                  for i, (where, record) in enumerate(read_data_file(benchmark))][:limit]
+    def ask(backend, question) -> tuple[str | None, int]:
+        *_, finished = run_agent(question.question, backend, retriever,
+                                 settings or AgentSettings())
+        record = make_record(question, finished) if isinstance(finished, Finished) else None
+        return (record.prediction, int(record.metrics["em"])) if record else (None, 0)
+
+    # B first, and A only where B is right: A may be a collapsed model that writes to its
+    # token limit on every turn, so asking it everything costs minutes a question.
     asked: list[dict] = []
     for question in questions:
-        row = {"id": question.id, "question": question.question, "answers": [], "em": []}
-        for backend in backends:
-            *_, finished = run_agent(question.question, backend, retriever,
-                                     settings or AgentSettings())
-            record = make_record(question, finished) if isinstance(finished, Finished) else None
-            row["answers"].append(record.prediction if record else None)
-            row["em"].append(int(record.metrics["em"]) if record else 0)
-        asked.append(row)
-        if row["em"] == [0, 1]:
+        b_answer, b_em = ask(backends[1], question)
+        a_answer, a_em = ask(backends[0], question) if b_em else (None, None)
+        asked.append({"id": question.id, "question": question.question,
+                      "answers": [a_answer, b_answer], "em": [a_em, b_em]})
+        if b_em and not a_em:
             break
     chosen = next((r for r in asked if r["em"] == [0, 1]),
-                  next((r for r in asked if any(r["em"])), asked[0] if asked else None))
+                  next((r for r in asked if r["em"][1]), asked[0] if asked else None))
     return {"chosen": chosen, "asked": asked}
 
 
@@ -195,7 +200,8 @@ def write_compare(args, settings, retriever, out: Path) -> int:
     benchmark = args.benchmark.resolve()
     payload = {"note": "The Compare tab's default question for this pair: the first of the "
                        "benchmark (in file order, greedy) that B answers right and A does "
-                       "not; what both answered on every question asked. Written by "
+                       "not; B was asked every question in order, A only those B answered "
+                       "right (null: not asked). Written by "
                        "python -m app.ui.examples --compare.",
                "pair": list(pair), "benchmark": str(benchmark.relative_to(ROOT))
                if benchmark.is_relative_to(ROOT) else str(benchmark),
