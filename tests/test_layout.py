@@ -20,7 +20,7 @@ ALLOWED = {
     "curves": set(),
     "agent": {"retriever"},
     "evaluator": {"agent", "retriever"},
-    "nano": {"agent", "evaluator", "retriever"},
+    "nano": {"agent", "curves", "evaluator", "retriever"},  # experiments read logs via curves
     "app": {"agent", "curves", "evaluator", "nano", "retriever"},
 }
 

@@ -117,6 +117,8 @@ def launch_nano_studio(retriever, examples_file, monkeypatch):
     from app.ui import build_app, launch_options
 
     monkeypatch.setattr(examples_module, "EXAMPLES_FILE", examples_file)
+    # The shipped Compare question was measured on the shipped pair, not on these stand-ins.
+    monkeypatch.setattr(examples_module, "COMPARE_FILE", examples_file.parent / "none.json")
     pair = models.default_pair(NANO)
     demo = build_app(BackendOptions(device="cpu").load, retriever, default_model=NANO,
                      baseline_model=pair[0], compare_pair=pair)
