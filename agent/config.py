@@ -17,7 +17,7 @@ from agent.loop import CONTEXT_FULL_RULES, AgentSettings
 from agent.models import AUTO, model_flag, resolve
 from retriever.engine import ENGINE_ALIASES, ENGINES, canonical_engine
 
-BACKENDS = ("transformers", "openai")
+BACKENDS = ("transformers", "openai", "llamacpp")
 DEFAULT_BASE_URL = "http://127.0.0.1:8001/v1"
 
 
@@ -39,7 +39,8 @@ def add_model_flags(parser: argparse.ArgumentParser) -> None:
                             "default auto: the flagship LLDS checkpoint where a GPU and the "
                             "checkpoint are at hand, else the nano agent (env LLDS_MODEL)")
     group.add_argument("--backend", choices=BACKENDS, default=env("LLDS_BACKEND", "transformers"),
-                       help="model backend (env LLDS_BACKEND)")
+                       help="model backend; llamacpp runs a GGUF from `python -m "
+                            "app.quantize` (--model DIR/model.gguf) (env LLDS_BACKEND)")
     group.add_argument("--base-url", default=env("LLDS_BASE_URL", DEFAULT_BASE_URL),
                        help="OpenAI-compatible server for --backend openai (env LLDS_BASE_URL)")
     group.add_argument("--tokenizer", default=env("LLDS_TOKENIZER"),
@@ -119,6 +120,10 @@ class BackendOptions:
 
             return OpenAIBackend(model, base_url=self.base_url, tokenizer=self.tokenizer,
                                  concurrency=self.concurrency)
+        if self.kind == "llamacpp":  # a GGUF written by `python -m app.quantize`
+            from agent.backends.llamacpp import LlamaCppBackend
+
+            return LlamaCppBackend(model)
         if self.kind == "transformers":
             from agent.backends.hf import TransformersBackend
 

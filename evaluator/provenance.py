@@ -129,6 +129,11 @@ def model_identity(model: str, loaded_from: str, kind: str, *,
         return {"id": model, "source": "server", "base_url": base_url, "revision": None,
                 "note": "weights served by the server; the revision is the server's"}
     directory = Path(loaded_from).expanduser()
+    if directory.is_file() and directory.suffix in WEIGHT_SUFFIXES:  # a GGUF (llamacpp)
+        return {"id": model, "source": "local", "path": str(directory.resolve()),
+                "revision": None,
+                "content_sha256": files_sha256(directory.parent, [directory]),
+                "weight_files": 1}
     if directory.is_dir():
         weights = [f for f in sorted(directory.rglob("*"))
                    if f.is_file() and f.suffix in WEIGHT_SUFFIXES]
@@ -375,6 +380,8 @@ def session_entry(model_name: str, kind: str, backend: Any, retriever: Any,
     packages = ["torch", "transformers"]
     if kind == "openai":
         packages.append("openai")
+    if kind == "llamacpp":
+        packages += ["llama-cpp-python", "gguf"]
     if getattr(retriever, "url", None):
         found = server_identity(retriever.url)
         if paper_retriever:
