@@ -81,9 +81,12 @@ class AskTab:
                                               elem_id="ask-model-info")
                 # A callable: read at each page load (the model may be loading or loaded
                 # by then, e.g. by the start-up warm-up).
+                # Read again every 2 s, for the picked model: a page opened while the
+                # warm-up still loads it would otherwise say "loading…" until a reload.
                 self.model_status = gr.Markdown(
-                    lambda: status_markdown(studio.pool, studio.default_model),
-                    elem_id="ask-model-status")
+                    lambda model: status_markdown(studio.pool, model
+                                                  if isinstance(model, str) else ""),
+                    inputs=[self.model], every=2.0, elem_id="ask-model-status")
                 with gr.Accordion("Decoding and search", open=True):
                     studio.decoding.render()
                 self.export = gr.File(label="Export the last trace (JSON lines, Markdown)",
