@@ -229,6 +229,9 @@ def test_compare_tab_shows_two_answers(page):
             "Answer: Stanley Kubrick", timeout=30_000)
     table = page.locator("#compare-table")
     expect(table).to_contain_text("Searches")
+    # The summary table is written by the event after the last chat chunk: wait for both
+    # sides to end rather than reading it the moment the answers appear.
+    expect(table).not_to_contain_text("running", timeout=30_000)
     assert table.inner_text().count("Stanley Kubrick") == 2
     page.screenshot(path=str(ARTIFACTS / "compare.png"), full_page=True)
 
