@@ -1,6 +1,11 @@
 """The model registry (data in assets/models.json), the default-model rule, and fast, clear
 load checks.
 
+A registry model can also be named as a GGUF of one llama.cpp type, `ID:q4_k_m` (as
+llama.cpp names a quantization after a hub id): that checkpoint converted by
+`app.quantize` (on first use, into a cache) and run by the llama.cpp backend on the CPU.
+The entries with `"gguf"` types in models.json are listed that way too.
+
 The default-model rule lives here and only here (`default_model`, `default_pair`): the
 flagship LLDS checkpoint where it can run (a GPU, and the checkpoint cached or the Hub
 reachable), else the nano agent shipped under assets/ (not an LLDS checkpoint: the studio's
@@ -28,6 +33,9 @@ NANO = "nano"  # the nano search agent (assets/nano-agent)
 NANO_GRPO = "nano-grpo"  # the nano agent after GRPO (assets/nano-runs/…)
 NANO_LLDS = "nano-llds"  # the nano agent after GRPO + LLDS
 NANO_MODELS = (NANO, NANO_GRPO, NANO_LLDS, "nano-grpo-lr3e-5", "nano-llds-lr3e-5")
+GGUF_TYPES = ("q4_k_m", "q8_0", "f16", "f32")  # `ID:TYPE`: app.quantize's --type values
+CPU_GGUF = "q4_k_m"  # what a machine without a GPU is offered the 3B checkpoints as
+DEFAULT_GGUF_BASELINE = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-em-grpo"
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,8 @@ class ModelInfo:
     size: str = ""
     parameters: int = 0  # a hub model's parameter count (its model card's); 0: unknown
     path: str = ""  # a directory of this repository (relative to its root); "" for hub ids
+    gguf: tuple[str, ...] = ()  # llama.cpp types listed as `ID:TYPE` entries of their own
+    quantized: str = ""  # this entry's GGUF type ("" for the checkpoint as stored)
 
     @property
     def local(self) -> Path | None:
@@ -54,12 +64,51 @@ class ModelInfo:
 
 @cache
 def registry() -> tuple[ModelInfo, ...]:
+    """The registry's models, each followed by its listed GGUF entries (`ID:TYPE`)."""
     data = json.loads(REGISTRY_FILE.read_text(encoding="utf-8"))
-    return tuple(ModelInfo(**m) for m in data["models"])
+    models = []
+    for entry in data["models"]:
+        info = ModelInfo(**{**entry, "gguf": tuple(entry.get("gguf", ()))})
+        models += [info, *(as_gguf(info, kind) for kind in info.gguf)]
+    return tuple(models)
+
+
+def split_gguf(model: str) -> tuple[str, str | None]:
+    """(the checkpoint, the GGUF type) of `ID:TYPE`; (model, None) for any other name."""
+    base, sep, kind = model.rpartition(":")
+    return (base, kind) if sep and base and kind in GGUF_TYPES else (model, None)
+
+
+def gguf_id(model: str, kind: str = CPU_GGUF) -> str:
+    return f"{model}:{kind}"
+
+
+def as_gguf(info: ModelInfo, kind: str) -> ModelInfo:
+    """The registry entry of `info`'s checkpoint as a GGUF of type `kind`."""
+    what = {"q4_k_m": "4-bit", "q8_0": "8-bit", "f16": "16-bit", "f32": "32-bit"}[kind]
+    return ModelInfo(
+        id=gguf_id(info.id, kind), label=f"{info.label} · {kind} GGUF, llama.cpp on CPU",
+        method=info.method, base=info.base, size=info.size, parameters=info.parameters,
+        path=info.path, quantized=kind,
+        description=(f"{info.description} Here quantized to {what} ({kind}) and run by "
+                     "llama.cpp on the CPU: the checkpoint is converted on its first use "
+                     "(the status line shows the progress), then kept in the GGUF cache."))
 
 
 def lookup(model: str) -> ModelInfo | None:
-    return next((m for m in registry() if m.id == model), None)
+    """The registry entry of `model`; `ID:TYPE` of any registry ID is one too."""
+    found = next((m for m in registry() if m.id == model), None)
+    base, kind = split_gguf(model)
+    if found is None and kind is not None:
+        info = next((m for m in registry() if m.id == base), None)
+        found = as_gguf(info, kind) if info is not None else None
+    return found
+
+
+def is_gguf(model: str | None) -> bool:
+    """`model` names a GGUF: `ID:TYPE`, or a .gguf file."""
+    return bool(model) and (split_gguf(model)[1] is not None
+                            or model.strip().lower().endswith(".gguf"))
 
 
 def resolve(model: str) -> str:
@@ -68,7 +117,7 @@ def resolve(model: str) -> str:
     A shipped model whose files are missing is a ModelLoadError that says so.
     """
     info = lookup(model)
-    if info is None or info.local is None:
+    if info is None or info.local is None or info.quantized:
         return model
     if not info.available:
         raise ModelLoadError(f"{model} ({info.label}) should be in {info.path}/, which this "
@@ -147,8 +196,16 @@ def default_pair(model: str) -> tuple[str, str]:
 
     Beside the nano agent: its GRPO and LLDS versions when both ship, else the nano agent
     and whichever of them ships, else the nano agent twice. Beside any other model: the
-    Search-R1 PPO baseline.
+    Search-R1 PPO baseline; beside a GGUF (`ID:TYPE`), the Search-R1 GRPO 3B baseline as a
+    GGUF of the same type (what fits beside it on the CPU it runs on), or for a nano
+    agent's GGUF the nano pair as GGUFs.
     """
+    base, kind = split_gguf(model)
+    if kind is not None and is_nano(base):  # the nano pair, as GGUFs of that type
+        first, second = default_pair(base)
+        return gguf_id(first, kind), gguf_id(second, kind)
+    if kind is not None and base != DEFAULT_GGUF_BASELINE:
+        return gguf_id(DEFAULT_GGUF_BASELINE, kind), model
     if not is_nano(model):
         return DEFAULT_BASELINE, model
     if shipped(NANO_GRPO) and shipped(NANO_LLDS):

@@ -9,7 +9,8 @@ BM25 retriever over the embedded corpus, 127.0.0.1:7860, and the default model o
 `agent.models.default_model` (the flagship where a GPU and the checkpoint are at hand, else
 the nano agent). At start the retriever runs one search, and a nano default model is loaded
 and asked one question, while the page loads, so a visitor's first question is not the
-slow one (`--no-warm-up` skips this).
+slow one (`--no-warm-up` skips this); a GGUF default (`--model ID:q4_k_m`, run by llama.cpp)
+is converted on the first start and loaded, its progress on the Ask tab's status line.
 
 Bound beyond loopback (`--host 0.0.0.0`) or with `--share`, visitors may load only the
 registry's models and those named here, and no server paths (`app.ui.access`), unless
@@ -115,7 +116,7 @@ def studio_capacity(args: argparse.Namespace, access):
     """The hardware check (`app.capacity.Capacity`) for a studio that runs its models here
     and is exposed or given a memory budget; None otherwise (on loopback the operator loads
     what they like)."""
-    if args.backend != "transformers" or not (access.exposed or args.memory_budget_gb):
+    if args.backend == "openai" or not (access.exposed or args.memory_budget_gb):
         return None
     from app.capacity import Capacity
 
@@ -125,13 +126,15 @@ def studio_capacity(args: argparse.Namespace, access):
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from agent.config import backend_options, make_retriever
-    from agent.models import is_nano
+    from agent.models import is_gguf, is_nano
+    from app.gguf_cache import studio_loader
     from app.ui import build_app, launch_options
     from app.ui.model_pool import warm_up, warm_up_model
 
     pair, access = studio_plan(args)
     retriever = make_retriever(args)
-    demo = build_app(backend_options(args).load, retriever, default_model=args.model,
+    load = studio_loader(backend_options(args).load)  # ID:q4_k_m names run on llama.cpp
+    demo = build_app(load, retriever, default_model=args.model,
                      baseline_model=pair[0], concurrency=args.concurrency,
                      access=access, compare_pair=pair,
                      capacity=studio_capacity(args, access))
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         studio = demo.studio  # type: ignore[attr-defined]
         if is_nano(args.model):  # small enough to load and run at once, on a CPU
             warm_up_model(studio.pool, args.model, retriever, studio.first_example())
+        elif is_gguf(args.model):  # converted (first start) and loaded before a visitor asks
+            warm_up_model(studio.pool, args.model, retriever, question=None)
         else:
             warm_up(retriever)
     demo.launch(**launch_options(args.host, args.port, args.share))

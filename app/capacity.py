@@ -9,25 +9,37 @@ parameters times the bytes of the dtype it loads in (float32 on a CPU, bfloat16 
 as the transformers backend loads it), plus a share for activations, the KV cache and the
 runtime; its download is its parameters in the dtype hub checkpoints are stored in. The
 figures it works on are measured here: free RAM (within a container's memory limit) or
-free GPU memory, and free disk where downloads go. An operator can cap the memory models
+free GPU memory, and free disk where downloads go.
+
+A GGUF (`ID:q4_k_m`, run by llama.cpp on the CPU) takes RAM: its file (the cached file's
+size, else its parameters at the bytes a parameter took in the files measured here) plus
+the KV cache of one sequence of the backend's slot length (f16, from the checkpoint's
+config), plus the runtime; its disk is the download, the f16 file it is made from and
+itself. An operator can cap the memory models
 may take (`--memory-budget-gb`, env LLDS_MEMORY_BUDGET_GB): the budget then replaces the
 measured figure, less what the studio's loaded models take by estimate.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.models import lookup, parameter_count, shipped
+from agent.models import GGUF_TYPES, lookup, parameter_count, shipped, split_gguf
 
 GB = 1024 ** 3
 BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2, "float16": 2}
 STORED_DTYPE = "bfloat16"  # what Qwen2.5 checkpoints on the hub hold
 OVERHEAD = 1.2  # memory on top of the weights: activations, a 4,096-token KV cache, buffers
+# Bytes a parameter takes in a GGUF, measured on Qwen2.5-3B's shape (q4_k_m 1,929,900,800
+# and q8_0 3,285,474,048 bytes for 3.09B parameters); f16 and f32 as stored.
+GGUF_BYTES_PER_PARAMETER = {"q4_k_m": 0.625, "q8_0": 1.064, "f16": 2.0, "f32": 4.0}
+GGUF_RUNTIME = 256 * 1024 ** 2  # llama.cpp's compute buffers and the Python process's share
+KV_SHARE = 0.12  # KV cache / file when the config is not at hand (3B q4_k_m: 226 MB / 1.93 GB)
 CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
                  "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
@@ -88,12 +100,28 @@ def need_of(parameters: int, dtype: str, downloaded: bool) -> Need:
     return Need(parameters, dtype, memory, download)
 
 
+def gguf_need(parameters: int, kind: str, file: int | None, kv: int | None,
+              downloaded: bool) -> Need:
+    """A GGUF of `parameters` of type `kind`: `file` its size when it is made already (then
+    no disk is needed), `kv` its KV cache's bytes when the config is known, `downloaded`
+    the checkpoint it is made from is here."""
+    size = file if file is not None else int(parameters * GGUF_BYTES_PER_PARAMETER[kind])
+    memory = size + (kv if kv is not None else int(size * KV_SHARE)) + GGUF_RUNTIME
+    disk = 0 if file is not None else (
+        (0 if downloaded else parameters * BYTES_PER_PARAMETER[STORED_DTYPE])
+        + parameters * BYTES_PER_PARAMETER["float16"] + size)
+    return Need(parameters, kind, memory, disk)
+
+
 def misfit(need: Need, room: Room) -> str | None:
     """Why the model can't be loaded with this room (a short reason), or None when it can."""
     if need.memory > room.memory:
         return (f"needs {gb(need.memory)} of {room.where} ({need.parameters / 1e9:.2f}B "
                 f"parameters in {need.dtype}), {gb(room.memory)} available")
     if need.download > room.disk:
+        if need.dtype in GGUF_TYPES:
+            return (f"needs {gb(need.download)} of disk to download and convert, "
+                    f"{gb(room.disk)} free")
         return f"a {gb(need.download)} download, {gb(room.disk)} free on disk"
     return None
 
@@ -199,6 +227,27 @@ def downloaded(model: str) -> bool:
                                       or cached("model.safetensors"))
 
 
+def kv_cache_bytes(model: str, tokens: int) -> int | None:
+    """The f16 KV cache of `tokens` tokens for `model` (layers x 2 x KV heads x head size x
+    2 bytes a token), from its config when shipped or cached; None when not at hand."""
+    info = lookup(model)
+    config_file = info.local / "config.json" if info is not None and info.local else None
+    if config_file is None:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(model, "config.json")
+        config_file = Path(found) if isinstance(found, str) else None
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8")) if config_file else None
+        heads = int(config["num_attention_heads"])
+        head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
+        per_token = (int(config["num_hidden_layers"]) * 2
+                     * int(config.get("num_key_value_heads", heads)) * head_dim * 2)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return per_token * tokens
+
+
 @dataclass(frozen=True)
 class Capacity:
     """Whether models fit on this machine, for the transformers backend on `device`.
@@ -233,17 +282,34 @@ class Capacity:
         parameters = parameter_count(model) or (info.parameters if info else 0)
         if not parameters:
             return None
+        base, kind = split_gguf(model)
+        if kind is not None:
+            from agent.backends.llamacpp import DEFAULT_SLOT_CONTEXT
+            from app.gguf_cache import cached
+
+            made = cached(model)
+            return gguf_need(parameters, kind, made.stat().st_size if made else None,
+                             kv_cache_bytes(base, DEFAULT_SLOT_CONTEXT), downloaded(base))
         return need_of(parameters, self.dtype, downloaded(model))
 
-    def free_memory(self, held: int) -> int:
-        """Memory a new model can take now; `held`: what the studio's loaded models take."""
+    def where_for(self, model: str) -> str:
+        """Where `model`'s weights go: a GGUF always in RAM (llama.cpp runs it on the CPU)."""
+        return "RAM" if split_gguf(model)[1] is not None else self.where
+
+    def free_memory(self, held: int, where: str | None = None) -> int:
+        """Memory a new model can take now (`where`: RAM or GPU memory, the device's when
+        None); `held`: what the studio's loaded models take."""
         if self.memory_budget is not None:
             return max(0, self.memory_budget - held)
-        return free_gpu_memory() if self.device == "cuda" else free_ram()
+        return free_gpu_memory() if (where or self.where) == "GPU memory" else free_ram()
 
-    def free_disk(self) -> int:
+    def free_disk(self, model: str = "") -> int:
         from huggingface_hub import constants
 
+        if split_gguf(model)[1] is not None:
+            from app.gguf_cache import cache_dir
+
+            return min(free_disk(cache_dir()), free_disk(Path(constants.HF_HUB_CACHE)))
         return free_disk(Path(constants.HF_HUB_CACHE))
 
     def ask(self, model: str, loaded: Sequence[Loaded] = ()) -> Fit:
@@ -253,5 +319,6 @@ class Capacity:
         if need is None:
             return Fit(model, True)
         held = sum(m.memory for m in loaded if m.model != model)
-        return answer(model, need, self.free_memory(held), self.free_disk(), self.where,
-                      loaded)
+        where = self.where_for(model)
+        return answer(model, need, self.free_memory(held, where), self.free_disk(model),
+                      where, loaded)

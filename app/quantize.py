@@ -33,7 +33,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,11 +75,23 @@ class Written:
 
 # ---------------------------------------------------------------------------- the source
 
+Progress = Callable[[str], None]  # told what a conversion is doing, a line at a time
 
-def locate(model: str) -> Path:
+
+def _silent(line: str) -> None:
+    pass
+
+
+
+
+def locate(model: str, progress: Progress = _silent) -> Path:
     """The directory holding `model`: a local directory as is, a hub id through
-    huggingface_hub (the cache, else a download of the config, weights and tokenizer)."""
-    path = Path(model).expanduser()
+    huggingface_hub (the cache, else a download of the config, weights and tokenizer).
+    A shipped model's short name (nano) wins over a directory of that name here."""
+    from agent.models import lookup
+
+    info = lookup(model)
+    path = info.local if info is not None and info.local is not None else Path(model).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ConversionError(f"{path} has no config.json: point MODEL at a directory "
@@ -95,6 +107,7 @@ def locate(model: str) -> Path:
         check_loadable(model)  # fails fast, saying what to do, when offline and uncached
         from huggingface_hub import snapshot_download
 
+        progress(f"fetching {model} (the Hugging Face cache, else a download from the Hub)")
         return Path(snapshot_download(model, allow_patterns=WEIGHT_PATTERNS))
     except ModelLoadError as err:  # its advice names the front ends' flag: here, MODEL
         raise ConversionError(str(err).replace("--model ", "MODEL as ")) from err
@@ -277,8 +290,10 @@ def _eos_ids(directory: Path, tokenizer, config: dict) -> list[int]:
 # ---------------------------------------------------------------------------- the writer
 
 
-def write_gguf(directory: Path, out: Path, kind: str = "f16", source: str = "") -> list[str]:
-    """The checkpoint in `directory` as a GGUF at `out`, in f16 or f32; returns notes."""
+def write_gguf(directory: Path, out: Path, kind: str = "f16", source: str = "",
+               progress: Progress = _silent) -> list[str]:
+    """The checkpoint in `directory` as a GGUF at `out`, in f16 or f32; returns notes.
+    `progress` hears of every tensor written."""
     import gguf
     import numpy as np
 
@@ -363,7 +378,8 @@ def write_gguf(directory: Path, out: Path, kind: str = "f16", source: str = "") 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    for _, shape, load, dtype in plan:
+    for number, (_, shape, load, dtype) in enumerate(plan, 1):
+        progress(f"writing the {kind} GGUF: tensor {number} of {len(plan)}")
         array = np.ascontiguousarray(load().astype(dtype, copy=False))
         assert array.shape == shape
         writer.write_tensor_data(array)
@@ -399,20 +415,22 @@ def quantize_gguf(source: Path, out: Path, kind: str, threads: int | None = None
 
 
 def convert(model: str, out_dir: str | Path, kind: str = "q4_k_m", keep_f16: bool = False,
-            threads: int | None = None) -> Written:
-    """MODEL (hub id or directory) as `out_dir/model.gguf` of type `kind`."""
+            threads: int | None = None, progress: Progress = _silent) -> Written:
+    """MODEL (hub id or directory) as `out_dir/model.gguf` of type `kind`; `progress`
+    hears what it is doing (fetching, each tensor written, quantizing)."""
     if kind not in TYPES:
         raise ConversionError(f"--type is one of {', '.join(TYPES)}, not {kind!r}")
     start = time.perf_counter()
-    directory = locate(model)
+    directory = locate(model, progress)
     out_dir = Path(out_dir)
     target = out_dir / "model.gguf"
     intermediate = out_dir / "model-f16.gguf"
     try:
         if kind in ("f16", "f32"):
-            notes = write_gguf(directory, target, kind, source=model)
+            notes = write_gguf(directory, target, kind, model, progress)
         else:
-            notes = write_gguf(directory, intermediate, "f16", source=model)
+            notes = write_gguf(directory, intermediate, "f16", model, progress)
+            progress(f"quantizing to {kind} with llama.cpp")
             quantize_gguf(intermediate, target, kind, threads)
             if keep_f16:
                 notes.append(f"kept the f16 file {intermediate}")

@@ -63,7 +63,8 @@ def _run_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data-dir", help="local benchmarks: DIR/nq/test.jsonl and so on")
     parser.add_argument("--merged-parquet", help="Search-R1's merged test.parquet")
     parser.add_argument("--batch-size", type=_at_least(1), default=8,
-                        help="questions advanced together (transformers backend)")
+                        help="questions advanced together (transformers; llamacpp: one "
+                             "sequence each in one context, at most 8)")
     parser.add_argument("--concurrency", type=_at_least(1), default=32,
                         help="requests in flight (openai backend)")
     parser.add_argument("--output", help="run directory (default runs/<model name>)")

@@ -27,6 +27,7 @@ from app.ui.model_pool import ModelPool
 
 LLDS_3B = "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA"
 LLDS_R_3B = "SEGAgentRL/LLDS-R-GRPO-Qwen2.5-3B-Base"
+GRPO_3B = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-em-grpo"
 PPO_7B = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-em-ppo"
 
 
@@ -198,3 +199,65 @@ def test_the_launch_decides_when_the_hardware_is_checked(monkeypatch, capsys):
         capacity_of()
     assert stop.value.code == 2
     assert "'lots' is not a memory size in GB" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- GGUFs (llama.cpp, on the CPU)
+
+def test_the_3b_checkpoints_are_listed_as_q4_k_m_ggufs_too():
+    from agent.models import default_pair, gguf_id, is_gguf, registry, resolve, split_gguf
+
+    listed = [m.id for m in registry() if m.quantized]
+    assert listed == [f"{LLDS_3B}:q4_k_m", f"{GRPO_3B}:q4_k_m"]
+    assert split_gguf(f"{LLDS_3B}:q4_k_m") == (LLDS_3B, "q4_k_m")
+    assert split_gguf("owner/name:latest") == ("owner/name:latest", None)  # not a GGUF type
+    assert is_gguf("nano:f16") and is_gguf("/models/x/model.gguf") and not is_gguf(LLDS_3B)
+    info = lookup("nano:q8_0")  # any registry id, listed or not
+    assert info.quantized == "q8_0" and info.label.endswith("q8_0 GGUF, llama.cpp on CPU")
+    assert resolve("nano:q8_0") == "nano:q8_0"  # the loader converts it, not a directory
+    # Beside a GGUF, Compare's other model is the 3B GRPO baseline as a GGUF of that type.
+    assert default_pair(gguf_id(LLDS_3B)) == (f"{GRPO_3B}:q4_k_m", f"{LLDS_3B}:q4_k_m")
+
+
+def test_a_gguf_takes_its_file_plus_the_kv_cache_in_ram():
+    from app.capacity import GGUF_RUNTIME, gguf_need, kv_cache_bytes
+
+    made = gguf_need(3_090_000_000, "q4_k_m", file=1_929_900_800, kv=226 * 2 ** 20,
+                     downloaded=False)
+    assert made.memory == 1_929_900_800 + 226 * 2 ** 20 + GGUF_RUNTIME and made.download == 0
+    to_make = gguf_need(3_090_000_000, "q4_k_m", file=None, kv=None, downloaded=False)
+    file = int(3_090_000_000 * 0.625)
+    assert to_make.memory == file + int(file * 0.12) + GGUF_RUNTIME
+    # The download (bf16), the f16 file it is made from, and itself.
+    assert to_make.download == 3_090_000_000 * 2 + 3_090_000_000 * 2 + file
+    assert misfit(to_make, Room(memory=16 * GB, disk=10 * GB)) == (
+        "needs 13.3 GB of disk to download and convert, 10.0 GB free")
+    assert misfit(to_make, Room(memory=2 * GB, disk=50 * GB)) == (
+        "needs 2.3 GB of RAM (3.09B parameters in q4_k_m), 2.0 GB available")
+    # The nano agent's config: 4 layers x (K and V) x 2 KV heads x 64 (256 / 4 heads) x 2 bytes.
+    assert kv_cache_bytes("nano", 1) == 4 * 2 * 2 * 64 * 2
+
+
+def test_on_a_cpu_the_pickers_offer_the_ggufs_and_a_gpu_machine_does_not(monkeypatch):
+    import app.ui.context as context
+    from app.ui.context import Studio
+
+    pool = ModelPool(stand_in_factory([]), capacity=Capacity("cpu", 16 * GB))
+    studio = Studio(pool=pool, retriever=None, default_model="nano")
+    monkeypatch.setattr(context, "has_gpu", lambda: False)
+    labels = dict((value, name) for name, value in studio.model_choices())
+    assert labels[f"{LLDS_3B}:q4_k_m"] == f"{lookup(LLDS_3B).label} · q4_k_m GGUF, llama.cpp on CPU"
+    monkeypatch.setattr(context, "has_gpu", lambda: True)
+    assert f"{LLDS_3B}:q4_k_m" not in {value for _, value in studio.model_choices()}
+
+
+def test_without_llama_cpp_a_gguf_is_listed_unavailable_saying_what_to_install(monkeypatch):
+    import app.gguf_cache as gguf_cache
+
+    real = gguf_cache.importlib.util.find_spec
+    monkeypatch.setattr(gguf_cache.importlib.util, "find_spec",
+                        lambda name: None if name == "llama_cpp" else real(name))
+    pool = ModelPool(stand_in_factory([]))
+    assert pool.hardware_problem(f"{LLDS_3B}:q4_k_m") == (
+        "run by llama.cpp, which needs llama-cpp-python (pip install -r "
+        "requirements-llamacpp.txt)")
+    assert pool.hardware_problem(LLDS_3B) is None

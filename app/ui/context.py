@@ -10,6 +10,7 @@ import gradio as gr
 from agent.models import (
     DEFAULT_BASELINE,
     DEFAULT_MODEL,
+    has_gpu,
     is_nano,
     label,
     lookup,
@@ -57,8 +58,9 @@ class Studio:
         """The registry's models that are here (a shipped model whose files are missing is
         left out), and the models the operator named; a model this machine can't hold is
         labelled unavailable, with the reason (the pool refuses to load it)."""
+        gpu = has_gpu()  # with a GPU the checkpoints run there: no GGUF entries
         choices = [(unavailable_label(m.label, self.pool.hardware_problem(m.id)), m.id)
-                   for m in registry() if m.available]
+                   for m in registry() if m.available and not (gpu and m.quantized)]
         named = [self.default_model, self.baseline_model, *(self.compare_pair or ()),
                  *sorted(self.access.named)]
         for extra in dict.fromkeys(reversed(named)):

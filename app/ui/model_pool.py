@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
-from agent.models import label
+from agent.models import is_gguf, label, split_gguf
 from app.capacity import Capacity, Loaded
+from app.gguf_cache import cached, reporting, runtime_problem
 
 BackendFactory = Callable[[str], Backend]
 # One model load at a time in this process: transformers' loader sets process-wide state
@@ -57,9 +58,11 @@ def warm_up(retriever) -> threading.Thread:
     return thread
 
 
-def warm_up_model(pool: ModelPool, model: str, retriever, question: str) -> threading.Thread:
+def warm_up_model(pool: ModelPool, model: str, retriever,
+                  question: str | None) -> threading.Thread:
     """In the background: warm the retriever, load `model` into the pool and run the agent
-    once on `question`, so a visitor's first question is as fast as later ones. A visitor
+    once on `question` (None: load only), so a visitor's first question is as fast as
+    later ones. A visitor
     who asks meanwhile waits for the model as for any other run (the page says so); a
     failed load is left for that visitor's question to report (the pool keeps no
     failures)."""
@@ -74,7 +77,7 @@ def warm_up_model(pool: ModelPool, model: str, retriever, question: str) -> thre
                 backend = None
             if hasattr(retriever, "engine"):
                 _warm_retriever(retriever)
-            if backend is not None:
+            if backend is not None and question is not None:
                 for _ in run_agent(question, backend, retriever, AgentSettings()):
                     pass
         except Exception:  # a warm-up failure must not take the studio down
@@ -168,7 +171,8 @@ class ModelPool:
             try:
                 with LOAD_LOCK:  # one load at a time: the room it measures stays its own
                     slot.memory = self._make_room(model)
-                    backend = self.factory(model)
+                    with reporting(lambda line: setattr(slot, "detail", line)):
+                        backend = self.factory(model)  # a GGUF's conversion says how far
             except ModelLoadError as err:
                 slot.state, slot.detail = "failed", str(err)
                 raise
@@ -204,8 +208,13 @@ class ModelPool:
 
     def hardware_problem(self, model: str) -> str | None:
         """Why `model` can't be loaded on this machine even with every other model dropped,
-        or None (also without a capacity to check, or for a model already loaded)."""
-        if self.capacity is None or self.is_loaded(model):
+        or None (also without a capacity to check, or for a model already loaded). A GGUF
+        needs llama.cpp, capacity or not."""
+        if self.is_loaded(model):
+            return None
+        if is_gguf(model) and runtime_problem():
+            return f"run by llama.cpp, which {runtime_problem()}"
+        if self.capacity is None:
             return None
         loaded = [Loaded(m, self._slots[m].memory) for _, m in self._loaded(model)]
         return self.capacity.ask(model, loaded).reason
@@ -268,7 +277,7 @@ def status_markdown(pool: ModelPool, model: str) -> str:
     if state == "ready":
         return f"**{name}**: loaded."
     if state == "loading":
-        return f"**{name}**: loading…"
+        return f"**{name}**: loading… {detail}".rstrip()
     if state == "failed":
         return f"**{name}**: could not be loaded. {detail}"
     return f"**{name}**: loads on first question."
@@ -284,11 +293,9 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
         yield ModelStatus(model, "failed", str(err))
         return
     if not pool.is_loaded(model):
-        yield ModelStatus(model, "loading", "The first question loads the model; this can "
-                          "take a while for a big checkpoint.")
         started = time.perf_counter()
         try:
-            pool.get(model)
+            yield from _loading(pool, model)
         except ModelLoadError as err:
             yield ModelStatus(model, "failed", str(err), time.perf_counter() - started)
             return
@@ -310,6 +317,38 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
         yield ModelStatus(model, "failed", str(err))
     finally:
         pool.release(model)
+
+
+def first_load_note(model: str) -> str:
+    if split_gguf(model)[1] is not None and cached(model) is None:
+        return ("The first use converts this checkpoint to a GGUF for llama.cpp (fetching "
+                "it first if it is not here): minutes for a 3B model. Progress shows here.")
+    return "The first question loads the model; this can take a while for a big checkpoint."
+
+
+def _loading(pool: ModelPool, model: str, every: float = 1.0) -> Iterator[ModelStatus]:
+    """Load `model` in a thread, saying every `every` seconds what the load is doing (a
+    GGUF's conversion reports each step); ModelLoadError as `pool.get` raises it."""
+    failure: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            pool.get(model)
+        except BaseException as err:  # handed to the caller's thread
+            failure.append(err)
+
+    yield ModelStatus(model, "loading", first_load_note(model))
+    worker = threading.Thread(target=load, name="model-load", daemon=True)
+    worker.start()
+    shown = ""
+    while worker.is_alive():
+        worker.join(every)
+        state, detail = pool.status(model)
+        if state == "loading" and detail and detail != shown:
+            shown = detail
+            yield ModelStatus(model, "loading", f"{first_load_note(model)} Now: {detail}.")
+    if failure:
+        raise failure[0]
 
 
 @on_gpu
