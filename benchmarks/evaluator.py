@@ -20,8 +20,8 @@ questions with their golden answers, so both paths' EM means something. Then, pe
 --device cuda runs all three on the GPU (bf16). Goal: b/a >= 5, judged on the in-run rate
 (the naive rate excludes its start-up too); the whole-command ratio is printed beside it.
 Observations are truncated at 500 tokens, the CLI's (and Search-R1's) setting, in all three
-paths. With the nano agent on a CPU the goal is out of reach (prefill-bound, see its model
-card); on a GPU it is met.
+paths. With the nano agent on a CPU the goal is out of reach (prefill-bound, see
+assets/nano-agent/ATTEMPTS.md); on a GPU it is met.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`python -m nano data|train|rl|headroom`: the nano agent's data, its SFT run, GRPO/LLDS,
-and the choice of RL questions the starting agent has room to learn on.
+"""`python -m nano data|train|rl|headroom|warm`: the nano agent's data, its SFT run,
+GRPO/LLDS, the choice of RL questions the starting agent has room to learn on, and the
+start of an agent warm-started from a pretrained encoder.
 
 Every command's flags are built here, by `config_parser`, from the fields of its config
 dataclass (DataConfig, TrainConfig, RLConfig; the help text is in each field's metadata),
@@ -27,6 +28,8 @@ COMMANDS = {
              "on the documents); --resume goes on from OUT/checkpoint.",
     "rl": "GRPO / LLDS training of a small search agent (nano scale, CPU); --resume goes "
           "on from OUT/checkpoint.",
+    "warm": "Write the starting model of an agent warm-started from a pretrained BERT "
+            "encoder (all-MiniLM-L6-v2), or with --random its control, for nano train --init.",
     "headroom": "Write the training questions on which the starting agent's sampled share of "
                 "right answers is in [--low, --high], for nano rl --train-data.",
 }
@@ -86,6 +89,10 @@ def _config_class(command: str) -> type:
         from nano.headroom import HeadroomConfig
 
         return HeadroomConfig
+    if command == "warm":
+        from nano.warm import WarmConfig
+
+        return WarmConfig
     from nano.rl import RLConfig
 
     return RLConfig
@@ -101,6 +108,10 @@ def _run(command: str, config, argv: list[str]) -> None:
 
         check_paths(config)
         train(config)
+    elif command == "warm":
+        from nano.warm import build
+
+        build(config)
     elif command == "headroom":
         from nano.headroom import check_paths, measure, report
 

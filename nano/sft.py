@@ -355,20 +355,29 @@ def batch_loss(model, examples, indices, doc_weight: float, content_weight: floa
     # Right padding with the causal mask: pads only ever see real tokens before them and
     # carry no loss, so no attention mask is needed (and the fast causal kernel is used).
     ids, kinds = ids.to(model.device), kinds.to(model.device)
-    hidden = model.model(input_ids=ids).last_hidden_state[:, :-1]
+    body, head = body_and_head(model)
+    hidden = body(input_ids=ids).last_hidden_state[:, :-1]
     target, kind = ids[:, 1:], kinds[:, 1:]
     weights = (kind == OWN).float() + content_weight * (kind == CONTENT).float()
     inserted = (kind == INSERTED).float()
     # The vocabulary projection is a quarter of this model's compute: run it only where a
     # loss is counted (the model's own tokens, and the documents while they carry weight).
     counted = (weights > 0) | (inserted > 0) if doc_weight > 0 else weights > 0
-    logits = model.lm_head(hidden[counted])
+    logits = head(hidden[counted])
     ce = F.cross_entropy(logits.float(), target[counted], reduction="none")
     mine, docs = weights[counted], inserted[counted]
     own_loss = (ce * mine).sum() / mine.sum().clamp(min=1)
     doc_loss = (ce * docs).sum() / docs.sum().clamp(min=1)
     loss = own_loss + doc_weight * doc_loss if doc_weight > 0 else own_loss
     return loss, own_loss.item(), doc_loss.item(), ids.numel()
+
+
+def body_and_head(model):
+    """(the transformer, its output layer): Qwen2's `model` and `lm_head`; a BERT causal
+    LM's `bert` and `cls` (transform and decoder, from `python -m nano warm`)."""
+    if hasattr(model, "lm_head"):
+        return model.model, model.lm_head
+    return model.bert, model.cls
 
 
 def save_model(model, tokenizer, directory: Path) -> None:
@@ -401,7 +410,7 @@ def train(config: TrainConfig, log=print) -> dict:
     config.out; returns the run's summary."""
     import torch
     from tqdm import tqdm
-    from transformers import AutoTokenizer, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM
 
     check_paths(config)
     if config.device != "cpu" and not torch.cuda.is_available():
@@ -416,12 +425,12 @@ def train(config: TrainConfig, log=print) -> dict:
     step, history, elapsed_before = 0, [], 0.0
     if config.resume and checkpoint.exists(ckpt):
         state = checkpoint.load_state(ckpt)  # first: it completes an interrupted rotation
-        model = Qwen2ForCausalLM.from_pretrained(str(ckpt))
+        model = AutoModelForCausalLM.from_pretrained(str(ckpt))
         step, history, elapsed_before = state["step"], state["history"], state["elapsed"]
         torch.set_rng_state(state["torch_rng"])
         log(f"resuming from {ckpt} at step {step}")
     elif config.init is not None:
-        model = Qwen2ForCausalLM.from_pretrained(str(config.init))
+        model = AutoModelForCausalLM.from_pretrained(str(config.init))  # Qwen2 or BERT
         if model.config.vocab_size != len(tokenizer):
             raise ValueError(f"--init {config.init} has a vocabulary of "
                              f"{model.config.vocab_size}, the tokenizer {len(tokenizer)}: "

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "assets" / "nano-agent"
 
 # Measured with `python -m benchmarks.nano --limit 60` (greedy, top-3 BM25; see the model
-# card): EM 47/60 with retrieval, both one question at a time and batched, 0/60 without,
+# card's ATTEMPTS.md, the thirteenth attempt): EM 47/60 with retrieval, both one question
+# at a time and batched, 0/60 without,
 # 100 % well-formed, one search per question. Greedy decoding is deterministic; the
 # tolerance covers float differences between machines (two questions either way).
 SAMPLE = 60

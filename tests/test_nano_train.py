@@ -114,8 +114,9 @@ def test_copy_drills_repeat_a_window_with_loss_on_the_repeat_only():
 
 @pytest.mark.slow
 def test_train_cli_as_in_the_readme(micro_data, tmp_path):
-    """`python -m nano train --data … --tokenizer … --out …` with the flags the model card
-    uses (first turns, content weight, copy drills, an induction stage): it trains, saves a
+    """`python -m nano train --data … --tokenizer … --out …` with the flags the model card's
+    attempts use (`assets/nano-agent/ATTEMPTS.md`: first turns, content weight, copy drills,
+    an induction stage): it trains, saves a
     loadable model and counts the drills among its sequences."""
     from transformers import AutoModelForCausalLM
 
