@@ -17,6 +17,7 @@ import pytest
 from agent import protocol
 from agent.backends.base import Sampling
 from agent.backends.hf import TransformersBackend
+from agent.backends.llamacpp import byte_tokens  # GPT-2's byte table (no llama_cpp import)
 from agent.events import Finished, TextDelta
 from agent.loop import AgentSettings, run_agent, run_agent_batch
 from agent.testing import (
@@ -39,21 +40,9 @@ QWEN25_SYSTEM_IDS = [151644, 8948, 198, 2610, 525, 1207, 16948, 11, 3465, 553, 5
                      13, 1446, 525, 264, 10950, 17847, 13, 151645, 198, 151644, 872, 198]
 
 
-def _byte_tokens() -> dict[int, str]:
-    """Byte-level BPE's printable stand-in for each byte (GPT-2's table)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-            *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {b: chr(b) for b in keep}, 0
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def _paths(tokenizer, think: bool) -> dict[int, list[int]]:
     """Token-id paths, each keyed by the token that starts it (one successor per token)."""
-    byte = _byte_tokens()
+    byte = byte_tokens()
 
     def tid(token: str | int) -> int:  # a vocabulary entry, by its text
         if isinstance(token, int) or token.startswith("<|"):

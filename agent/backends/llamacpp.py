@@ -194,8 +194,8 @@ class ChatTemplate:
                                      add_generation_prompt=add_generation_prompt, **values)
 
 
-def _byte_decoder() -> dict[str, int]:
-    """Byte-level BPE's printable stand-in for each byte (GPT-2's table), reversed."""
+def byte_tokens() -> dict[int, str]:
+    """Byte-level BPE's printable stand-in for each byte (GPT-2's table)."""
     keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
             *range(ord("®"), ord("ÿ") + 1)]
     table, extra = {b: chr(b) for b in keep}, 0
@@ -203,7 +203,12 @@ def _byte_decoder() -> dict[str, int]:
         if b not in table:
             table[b] = chr(256 + extra)
             extra += 1
-    return {c: b for b, c in table.items()}
+    return table
+
+
+def _byte_decoder() -> dict[str, int]:
+    """`byte_tokens` reversed: the byte each stand-in character means."""
+    return {c: b for b, c in byte_tokens().items()}
 
 
 class _Model:
