@@ -244,7 +244,7 @@ def print_report(paths: list[PathFigures], reference: PathFigures,
     print(f"\n{'path':<46} {'seconds':>8} {'new tok':>8} {'tok/s':>8} {'q/min':>8} "
           f"{'searches':>8}")
     for p in paths:
-        print(f"{p.label:<46} {p.seconds:>8.1f} {sum(p.new_tokens):>8} {p.tokens_per_s:>8.1f} "
+        print(f"{p.label:<46} {p.seconds:>8.3f} {sum(p.new_tokens):>8} {p.tokens_per_s:>8.1f} "
               f"{p.questions_per_min:>8.1f} {p.searches:>8}")
     print("ratios against one question at a time (same run):")
     problems = []
