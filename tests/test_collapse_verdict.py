@@ -16,7 +16,9 @@ from nano.experiments.collapse import (
     RunReading,
     anchor_warning,
     collapse_step,
+    findings,
     fisher_one_sided,
+    read_runs,
     reward_means,
 )
 
@@ -81,6 +83,50 @@ def test_fisher_one_sided_matches_the_preregistered_figures():
 
 
 @pytest.mark.slow
+def write_layout(root, layout: dict) -> None:
+    for (method, seed), data in layout.items():
+        run = root / f"{method}-lr3e-4-seed{seed}"
+        run.mkdir(parents=True)
+        flags = "--method grpo" if method == "grpo" else "--method llds-a --lambda 0.2"
+        (run / "command.txt").write_text(f"python -m nano rl {flags} --seed {seed}\n")
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+
+
+def test_findings_say_the_counts_the_anchor_and_the_verdict(tmp_path):
+    """The Training-curves tab's sentence on the collapse runs, computed by the rule."""
+    prevented = {("grpo", s): rows(fall=(40 + s, 80), anchor_from=20) for s in range(5)}
+    prevented |= {("llds-a", s): rows() for s in range(4)} | {("llds-a", 4): rows(steps=40)}
+    write_layout(tmp_path / "a", prevented)
+    said = findings(read_runs(tmp_path / "a"))
+    assert "4 LLDS-A seeds trained to step 80, 1 more not yet" in said
+    assert "GRPO collapsed in 5 of 5 runs (at steps 42, 45, 45, 45, 46)" in said
+    assert "LLDS-A in 0 of 4 runs;" in said
+    assert "ended above where it began in 0 of 4 LLDS-A runs and 0 of 5 GRPO runs" in said
+    assert "so LLDS-A prevented the collapse by the pre-registered test" in said
+    assert "p = 0.01)" in said
+    both = {("grpo", 0): rows(fall=(50, 80)), ("llds-a", 0): rows(fall=(60, 80))}
+    write_layout(tmp_path / "b", both)
+    said = findings(read_runs(tmp_path / "b"))
+    assert "LLDS-A in 1 of 1 runs (at step 62)" in said and "not shown to prevent" in said
+    write_layout(tmp_path / "c", {("grpo", 0): rows(steps=30)})
+    assert findings(read_runs(tmp_path / "c")) == ""  # nothing judged: nothing to say
+
+
+@pytest.mark.slow
+def test_findings_on_the_shipped_runs_agree_with_the_verdict():
+    runs = ROOT / "assets" / "nano-runs" / "collapse"
+    done = subprocess.run([*SCRIPT, str(runs)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    said = findings(read_runs(runs))
+    for method in ("GRPO", "LLDS-A"):
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"{method}: "))
+        count = line.split(": ")[1].split(" judged")[0]  # "2 of 3"
+        assert f"{method} collapsed in {count} runs" in said or \
+            f"and {method} in {count} runs" in said, (line, said)
+    p = done.stdout.split("one-sided (LLDS-A collapses less): p = ")[1][:5]
+    assert f"p = {float(p):.2f})" in said
+
+
 def test_cli_prints_each_run_the_test_survival_and_warnings(tmp_path):
     root = tmp_path / "collapse"
     layout = {("grpo", 0): rows(fall=(50, 80), anchor_from=30),
@@ -90,12 +136,7 @@ def test_cli_prints_each_run_the_test_survival_and_warnings(tmp_path):
               ("grpo", 4): rows(fall=(70, 80)),
               ("llds-a", 0): rows(), ("llds-a", 1): rows(anchor_from=40),
               ("llds-a", 2): rows(), ("llds-a", 3): rows(), ("llds-a", 4): rows(steps=40)}
-    for (method, seed), data in layout.items():
-        run = root / f"{method}-lr3e-4-seed{seed}"
-        run.mkdir(parents=True)
-        flags = "--method grpo" if method == "grpo" else "--method llds-a --lambda 0.2"
-        (run / "command.txt").write_text(f"python -m nano rl {flags} --seed {seed}\n")
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
+    write_layout(root, layout)
     done = subprocess.run([*SCRIPT, str(root)], cwd=ROOT, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": ""}, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -202,7 +202,7 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
             0.6, True, "minmax", api_name="/curves_bundled")
         assert "made by this project on a CPU" in messages
         assert messages.count("not the paper's runs") == 1
-        assert "**What they show.** " + curves_tab.BUNDLED_FINDINGS in messages
+        assert "**What they show.** " + curves_tab.MAIN_RUNS_FINDINGS in messages
         assert "- `grpo`: grpo, seed 0" in messages  # from its command.txt
         assert str(tmp_path) not in messages  # no path of the machine that made them
         for run in names:  # each run's likelihood, as measured, under its folder's name

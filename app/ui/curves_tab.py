@@ -35,17 +35,23 @@ BUNDLED_NOTE = (
     "`assets/nano-runs/`; runs that differ only by seed are drawn as their mean with a band "
     "(\"each run\" shows every seed). `assets/nano-runs/README.md` has the pre-registered "
     "criteria and what came out.")
-# What the bundled runs show, in two sentences: written from the shipped logs (collapse/*:
-# anchor/logp, critic/score/mean, val/test_score/vitalqa) and to be rewritten when more of
-# the collapse runs come in.
-BUNDLED_FINDINGS = (
-    "At lr 3e-4 (seed 0 so far), GRPO's likelihood of its starting model's right answers "
-    "fell from step 6 while its reward rose, and its reward collapsed at step 48 (1 of 48 "
-    "validation questions right at step 50), as in the sweep's run; LLDS-A kept that "
-    "likelihood rising (−0.67 → −0.07 by step 80, through a dip at steps 56-62) and its "
-    "reward high, with no collapse, though its validation slid from 0.75 to 0.60. At lr "
-    "3e-5 nothing collapsed: the likelihood fell late in two of three GRPO seeds and rose "
-    "under LLDS-A, and neither method changed held-out accuracy.")
+# What the bundled runs show, in two sentences. The collapse runs' sentence is computed from
+# their shipped logs by the experiment's own rule (nano.experiments.collapse.findings), so it
+# follows the runs as they come in; the lr 3e-5 runs are finished and read as below
+# (assets/nano-runs/README.md, "The main experiment").
+MAIN_RUNS_FINDINGS = (
+    "At lr 3e-5 nothing collapsed: the likelihood fell late in two of three GRPO seeds and "
+    "rose under LLDS-A, and neither method changed held-out accuracy.")
+
+
+def bundled_findings(root: Path | None = None) -> str:
+    """The two sentences: the collapse experiment as its logs stand, then the lr 3e-5 runs."""
+    from nano.experiments.collapse import findings, read_runs
+
+    collapse = findings(read_runs((root or BUNDLED_RUNS) / "collapse"))
+    return " ".join(p for p in (collapse, MAIN_RUNS_FINDINGS) if p)
+
+
 LIKELIHOOD_SOURCES = {
     "anchor/logp": "anchor set",
     "actor/pos_avg_old_log_prob": "own samples",
@@ -287,7 +293,7 @@ class CurvesTab:
         """What the bundled runs are and what their likelihood did (the table's figures)."""
         settings = [f"- `{escape(bundled_name(log))}`: {escape(found)}"
                     for log in self.bundled if (found := run_settings(log))]
-        parts = [BUNDLED_NOTE, "**What they show.** " + BUNDLED_FINDINGS,
+        parts = [BUNDLED_NOTE, "**What they show.** " + bundled_findings(),
                  LIKELIHOOD_INTRO.format(min_steps=result.rule.min_steps) + "\n\n"
                  + "\n".join(likelihood_line(a) for a in result.analyses),
                  PHASE_RULE_NOTE.format(segment=result.rule.min_segment),

@@ -239,6 +239,45 @@ def reproduction(run_dir: Path, sweep_dir: Path, upto: int = 50) -> str:
                f"({ours[first]:.3f} vs {theirs[first]:.3f})") + ".")
 
 
+def read_runs(root: Path, end: int = END) -> list[RunReading]:
+    """Every run folder under `root` (metrics.jsonl and command.txt), GRPO first."""
+    runs = sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file()
+                  and (p / "command.txt").is_file()) if root.is_dir() else []
+    return sorted((read_run(p, end) for p in runs),
+                  key=lambda r: (r.method != "GRPO", r.method, r.seed))
+
+
+def findings(readings: list[RunReading]) -> str:
+    """What the judged runs show, in one sentence for a visitor: collapses per method, the
+    anchor likelihood's direction, and the pre-registered test's verdict as it stands."""
+    judged = [r for r in readings if r.judged]
+    grpo = [r for r in judged if r.method == "GRPO"]
+    llds = [r for r in judged if r.method == "LLDS-A"]
+    if not grpo or not llds:
+        return ""
+
+    def collapsed(runs: list[RunReading]) -> str:
+        hits = [r.collapse_at for r in runs if r.collapse_at is not None]
+        steps = f" (at step{'s' if len(hits) > 1 else ''} {', '.join(map(str, hits))})"
+        return f"{len(hits)} of {len(runs)} runs" + (steps if hits else "")
+
+    def rose(runs: list[RunReading]) -> int:
+        return sum(r.anchor_end is not None and r.anchor_start is not None
+                   and r.anchor_end > r.anchor_start for r in runs)
+
+    p = fisher_one_sided(grpo, llds)
+    verdict = ("so LLDS-A prevented the collapse by the pre-registered test" if p < ALPHA
+               else "so LLDS-A is not shown to prevent the collapse")
+    pending = len(readings) - len(judged)
+    return (f"At lr 3e-4 (the collapse regime; {len(grpo)} GRPO and {len(llds)} LLDS-A "
+            f"seeds trained to step {END}"
+            f"{f', {pending} more not yet' if pending else ''}), GRPO collapsed in "
+            f"{collapsed(grpo)} and LLDS-A in {collapsed(llds)}; the likelihood of the "
+            f"starting model's right answers ended above where it began in {rose(llds)} of "
+            f"{len(llds)} LLDS-A runs and {rose(grpo)} of {len(grpo)} GRPO runs, {verdict} "
+            f"(Fisher's exact, one-sided, p = {p:.2f}).")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m nano.experiments.collapse",
                                      description=__doc__.split("\n\n")[0])
@@ -249,14 +288,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--end", type=int, default=END, help="steps a run must reach")
     args = parser.parse_args(argv)
     root = args.runs_root
-    runs = sorted(p for p in root.iterdir() if (p / "metrics.jsonl").is_file()
-                  and (p / "command.txt").is_file()) if root.is_dir() else []
-    if not runs:
+    readings = read_runs(root, args.end)
+    if not readings:
         print(f"error: no run folder (metrics.jsonl and command.txt) in {root}",
               file=sys.stderr)
         return 2
-    readings = sorted((read_run(p, args.end) for p in runs),
-                      key=lambda r: (r.method != "GRPO", r.method, r.seed))
+    runs = [root / r.name for r in readings]
     print("\n".join(table(readings)))
     methods = list(dict.fromkeys(r.method for r in readings))
     judged = [r for r in readings if r.judged]
