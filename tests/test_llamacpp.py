@@ -322,3 +322,19 @@ def test_a_context_past_the_window_is_cut_from_the_left(qwen):
     # As if the last 100 ids were the whole context (Search-R1's rolling window).
     reference = greedy_ids_torch(qwen.hf, ids[-100:], 6)
     assert out.text == qwen.hf.decode(reference)
+
+
+def test_batching_benchmark_as_in_the_readme_times_the_three_ways(tmp_path):
+    """`python -m benchmarks.llamacpp batching` (the README's figures), on a small budget."""
+    out = tmp_path / "batching.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.llamacpp", "batching", "--rows",
+                           "2", "--tokens", "4", "--repeat", "1", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"nano", "qwen2.5 x0.125"}
+    for ways in figures.values():
+        assert list(ways) == ["one at a time", "one context, 2 sequences",
+                              "2 one-thread contexts in threads"]
+        assert all(way["seconds"] > 0 and way["tokens_per_s"] > 0 for way in ways.values())
+    assert "one context, 2 sequences" in done.stdout and "x" in done.stdout
