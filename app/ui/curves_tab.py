@@ -29,7 +29,7 @@ BUNDLED_NOTE = (
     "default model, 4M parameters) made by this project on a CPU, with plain GRPO and with "
     "GRPO plus the LLDS term (LLDS-A): not the paper's runs (3B-7B models on GPUs), so not "
     "comparable with its numbers. First the collapse experiment at a high learning rate "
-    "(`collapse/`, lr 3e-4, seeds added as they finish), then the learning-rate sweep's "
+    "(`collapse/`, lr 3e-4, five seeds a method), then the learning-rate sweep's "
     "GRPO run at lr 3e-4 (`sweep/grpo-lr3e-4-seed0`), then the main runs at lr 3e-5 "
     "(`main-*`, three seeds a method). Each run is named by its folder in "
     "`assets/nano-runs/`; runs that differ only by seed are drawn as their mean with a band "
