@@ -82,7 +82,6 @@ def test_fisher_one_sided_matches_the_preregistered_figures():
     assert fisher_one_sided(runs("GRPO", 2), runs("LLDS-A", 2)) > 0.5
 
 
-@pytest.mark.slow
 def write_layout(root, layout: dict) -> None:
     for (method, seed), data in layout.items():
         run = root / f"{method}-lr3e-4-seed{seed}"
@@ -127,6 +126,7 @@ def test_findings_on_the_shipped_runs_agree_with_the_verdict():
     assert f"p = {float(p):.2f})" in said
 
 
+@pytest.mark.slow
 def test_cli_prints_each_run_the_test_survival_and_warnings(tmp_path):
     root = tmp_path / "collapse"
     layout = {("grpo", 0): rows(fall=(50, 80), anchor_from=30),

@@ -8,6 +8,7 @@ they are, what they show and what their likelihood did.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,11 +45,18 @@ MAIN_RUNS_FINDINGS = (
     "rose under LLDS-A, and neither method changed held-out accuracy.")
 
 
-def bundled_findings(root: Path | None = None) -> str:
-    """The two sentences: the collapse experiment as its logs stand, then the lr 3e-5 runs."""
+@functools.cache
+def collapse_findings(collapse_dir: Path) -> str:
+    """The collapse runs' sentence, read once a process: the shipped logs do not change
+    while the studio runs, and reading them all takes seconds on a busy CPU."""
     from nano.experiments.collapse import findings, read_runs
 
-    collapse = findings(read_runs((root or BUNDLED_RUNS) / "collapse"))
+    return findings(read_runs(collapse_dir))
+
+
+def bundled_findings(root: Path | None = None) -> str:
+    """The two sentences: the collapse experiment as its logs stand, then the lr 3e-5 runs."""
+    collapse = collapse_findings((root or BUNDLED_RUNS) / "collapse")
     return " ".join(p for p in (collapse, MAIN_RUNS_FINDINGS) if p)
 
 

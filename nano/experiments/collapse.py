@@ -293,7 +293,6 @@ def main(argv: list[str]) -> int:
         print(f"error: no run folder (metrics.jsonl and command.txt) in {root}",
               file=sys.stderr)
         return 2
-    runs = [root / r.name for r in readings]
     print("\n".join(table(readings)))
     methods = list(dict.fromkeys(r.method for r in readings))
     judged = [r for r in readings if r.judged]
@@ -329,7 +328,7 @@ def main(argv: list[str]) -> int:
             se = mean_se(vals)
             print(f"Final validation ({method}, {len(vals)} runs): {sum(vals) / len(vals):.3f}"
                   + ("" if se is None else f" ± {se:.3f} (SE over runs)"))
-    seed0 = next((p for p in runs if run_label(p) == ("GRPO", 0)), None)
+    seed0 = next((root / r.name for r in readings if (r.method, r.seed) == ("GRPO", 0)), None)
     if seed0 is not None:
         sweep = args.sweep or root.parent / "sweep" / "grpo-lr3e-4-seed0"
         print(reproduction(seed0, sweep))
