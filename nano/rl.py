@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nano import anchors, checkpoint
+from nano.collapse_rule import fall_held
 from nano.llds import GATES, LossConfig, entropy
 from nano.options import check_bounds, option
 from nano.rollout import RolloutOptions
@@ -72,6 +73,9 @@ class RLConfig(RolloutOptions):
     anchor_every: int = option(5, "steps between measures of anchor/logp")
     anchors: str = option("", "an anchors.jsonl to use instead of sampling a set (copied "
                               "into OUT)")
+    stop_after_fall: int = option(0, "stop once the collapse rule (nano/collapse_rule.py) "
+                                     "has held this many steps (OUT/stopped.json says "
+                                     "where); 0: always run --steps")
 
     def __post_init__(self) -> None:
         """Values that cannot train, refused with what to pass instead."""
@@ -84,7 +88,7 @@ class RLConfig(RolloutOptions):
                                          "anchor_every"),
                      not_negative=("kl_coef", "llds_lambda", "weight_decay", "clip_ratio",
                                    "warmup_ratio", "warmup_steps", "gate_tolerance",
-                                   "anchor_size"))
+                                   "anchor_size", "stop_after_fall"))
         if self.gate not in GATES:
             raise ValueError(f"--gate {self.gate!r}: pick one of {', '.join(GATES)}.")
         if self.gate != "lazy" and self.method == "grpo":
@@ -306,6 +310,18 @@ class StepLog:
         self.jsonl.close()
 
 
+def read_log(out: Path, upto: int) -> list[dict]:
+    """The run's metrics rows up to step `upto`, the last line of a step winning (a resumed
+    run writes the steps after its checkpoint again)."""
+    rows: dict[int, dict] = {}
+    for line in (out / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            if int(row["step"]) <= upto:
+                rows[int(row["step"])] = row
+    return [rows[s] for s in sorted(rows)]
+
+
 def step_data_metrics(samples) -> dict[str, float]:
     n = len(samples)
     scores = [s.reward for s in samples]
@@ -498,8 +514,18 @@ def train(config: RLConfig, command: str = "") -> Path:
         bar.update(1)
         bar.set_postfix(score=f"{metrics['critic/score/mean']:.2f}",
                         pos_lp=f"{metrics.get('actor/pos_avg_old_log_prob', 0):.3f}")
-        if step % config.save_every == 0 or step == config.steps:
+        fell_at = fall_held(read_log(out, step), config.stop_after_fall) \
+            if config.stop_after_fall else None
+        if step % config.save_every == 0 or step == config.steps or fell_at is not None:
             save_checkpoint(saved, model, tokenizer, optimizer, scheduler, step, config)
+        if fell_at is not None:
+            (out / "stopped.json").write_text(json.dumps(
+                {"step": step, "collapse_at": fell_at, "held_steps": step - fell_at,
+                 "rule": "nano/collapse_rule.py, --stop-after-fall "
+                         f"{config.stop_after_fall}"}) + "\n", encoding="utf-8")
+            tqdm.write(f"stopped at step {step}: collapsed at step {fell_at} by the collapse "
+                       f"rule, held {step - fell_at} steps")
+            break
     bar.close()
     log.close()
     model.save_pretrained(out / "model")

@@ -558,3 +558,58 @@ def test_warmup_in_steps_keeps_the_schedule_when_the_run_is_longer():
     assert RLConfig(steps=80, warmup_steps=14).warmup_length == 14
     with pytest.raises(ValueError, match="--warmup-steps is -1"):
         RLConfig(warmup_steps=-1)
+
+
+def _fallen_history(upto: int) -> list[dict]:
+    """Validation 0.8 at step 0 and 0.0 at step 5; reward 1.0 at steps 1-4, 0.0 after: the
+    collapse rule's R5 falls under half its peak (0.8) from step 8."""
+    rows = [{"step": 0, "val/test_score/toy": 0.8}]
+    for step in range(1, upto + 1):
+        row = {"step": step, "critic/score/mean": 1.0 if step < 5 else 0.0}
+        if step == 5:
+            row["val/test_score/toy"] = 0.0
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.slow
+def test_stop_after_fall_ends_a_real_run_where_the_collapse_rule_has_held(micro_run,
+                                                                           tmp_path):
+    """A run resumed at step 9 with a fallen history (steps 8-9) trains step 10 for real,
+    sees the fall held 2 steps and stops there: stopped.json, checkpoint and final model."""
+    import shutil
+
+    source, args = micro_run
+    out = tmp_path / "stopping"
+    shutil.copytree(source, out)
+    shutil.rmtree(out / "model")
+    state = torch.load(out / "checkpoint" / "state.pt", weights_only=True)
+    state["step"] = 9
+    torch.save(state, out / "checkpoint" / "state.pt")
+    (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                               for r in _fallen_history(9)))
+    more = [*args, "--resume", "--stop-after-fall", "2", "--val-every", "100"]
+    more[more.index("--out") + 1] = str(out)
+    more[more.index("--steps") + 1] = "30"
+    done = _run_cli(more)
+    assert done.returncode == 0, done.stderr[-3000:]
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["step"] == 10 and stopped["collapse_at"] == 8 and stopped["held_steps"] == 2
+    steps = [json.loads(line)["step"]
+             for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert max(steps) == 10  # step 10 was trained and logged, step 11 never began
+    assert (out / "model" / "config.json").is_file()
+    assert torch.load(out / "checkpoint" / "state.pt", weights_only=True)["step"] == 10
+    assert "stopped at step 10: collapsed at step 8" in done.stdout + done.stderr
+
+
+def test_the_stopping_rule_needs_the_fall_held_to_the_last_row():
+    from nano.collapse_rule import fall_held
+
+    rows = _fallen_history(9)
+    assert fall_held(rows, 1) == 8 and fall_held(rows, 2) is None
+    assert fall_held(_fallen_history(12), 4) == 8
+    lifted = _fallen_history(12) + [{"step": 13, "critic/score/mean": 1.0,
+                                     "val/test_score/toy": 0.8}]
+    assert fall_held(lifted, 1) is None
+    assert fall_held(_fallen_history(4), 1) is None

@@ -8,32 +8,30 @@ assets/nano-runs/collapse. Prints a table a run, the test, the survival table, t
 the anchor line and the curves tool gave, and the reproduction check against the sweep's
 3e-4 run (by default RUNS_ROOT/../sweep/grpo-lr3e-4-seed0).
 
-The rule, as pre-registered. R5(s): the mean of `critic/score/mean` over steps s-4 … s;
-P(s): the highest R5 up to s; V(s): the latest validation score at or before s. A run
-collapses at step t if at every step s from t to its last step R5(s) < P(s) / 2 and
-V(s) < V(0) / 2, with t at least HOLD steps before the last step; the collapse step is the
-smallest such t. A run is judged once it reaches END steps. The same conditions held for
-HOLD or more steps in a row and then lifted are a transient fall (reported, not counted).
-The test: collapses per method, Fisher's exact test, one-sided (LLDS-A collapses less often
-than GRPO), alpha 0.05.
+The rule, as pre-registered (its code: nano/collapse_rule.py). R5(s): the mean of
+`critic/score/mean` over steps s-4 … s; P(s): the highest R5 up to s; V(s): the latest
+validation score at or before s. A run collapses at step t if at every step s from t to
+its last step R5(s) < P(s) / 2 and V(s) < V(0) / 2, with t at least HOLD steps before the
+last step; the collapse step is the smallest such t. A run is judged once it reaches END
+steps. The same conditions held for HOLD or more steps in a row and then lifted are a
+transient fall (reported, not counted). The test: collapses per method, Fisher's exact
+test, one-sided (LLDS-A collapses less often than GRPO), alpha 0.05.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nano.collapse_rule import REWARD, collapse_step, reward_means, series, validation
 from nano.experiments.main_verdict import FALL, phase_two, read_rows, run_label
 
-WINDOW = 5  # steps in the reward mean R5
-HOLD = 5  # steps a collapse must hold before the run's end (a validation confirms it)
 END = 80  # the pre-registered length: a run is judged once it gets here
 ALPHA = 0.05
 SURVIVAL_AT = (20, 40, 60, 80)
-REWARD, VAL_PREFIX, ANCHOR = "critic/score/mean", "val/test_score/", "anchor/logp"
+ANCHOR = "anchor/logp"
 
 
 @dataclass
@@ -56,60 +54,6 @@ class RunReading:
     warning_at: int | None = None  # the anchor below its line, held (see anchor_warning)
     curves_decay: int | None = None  # the curves tool's phase II onset, as it reads the log
     curves_collapse: int | None = None  # the curves tool's reward-collapse step
-
-
-def series(rows: list[dict], key: str) -> dict[int, float]:
-    return {int(r["step"]): float(r[key]) for r in rows if key in r}
-
-
-def validation(rows: list[dict]) -> dict[int, float]:
-    """step -> validation score (the run's one validation set)."""
-    return {int(r["step"]): float(v) for r in rows for k, v in r.items()
-            if k.startswith(VAL_PREFIX)}
-
-
-def reward_means(rows: list[dict]) -> dict[int, float]:
-    """R5(s) for every step s with WINDOW reward values ending at s."""
-    score = series(rows, REWARD)
-    return {s: sum(score[u] for u in range(s - WINDOW + 1, s + 1)) / WINDOW
-            for s in sorted(score) if all(u in score for u in range(s - WINDOW + 1, s + 1))}
-
-
-def fallen_steps(rows: list[dict]) -> list[int]:
-    """The steps s at which both conditions hold: R5(s) < P(s)/2 and V(s) < V(0)/2."""
-    means, val = reward_means(rows), validation(rows)
-    if 0 not in val:
-        return []
-    peak, latest, fallen = -math.inf, None, []
-    for step in sorted(means):
-        peak = max(peak, means[step])
-        seen = [s for s in val if s <= step]
-        latest = val[max(seen)]
-        if means[step] < peak / 2 and latest < val[0] / 2:
-            fallen.append(step)
-    return fallen
-
-
-def _runs_of(steps: list[int]) -> list[tuple[int, int]]:
-    """Consecutive steps grouped as (first, last)."""
-    out: list[tuple[int, int]] = []
-    for step in steps:
-        if out and step == out[-1][1] + 1:
-            out[-1] = (out[-1][0], step)
-        else:
-            out.append((step, step))
-    return out
-
-
-def collapse_step(rows: list[dict]) -> tuple[int | None, list[tuple[int, int]]]:
-    """(the collapse step or None, the transient falls as (first, last) step)."""
-    last = max(int(r["step"]) for r in rows)
-    spans = _runs_of(fallen_steps(rows))
-    collapse = None
-    if spans and spans[-1][1] == last and last - spans[-1][0] >= HOLD:
-        collapse = spans[-1][0]
-        spans = spans[:-1]
-    return collapse, [(a, b) for a, b in spans if b - a + 1 >= HOLD]
 
 
 def anchor_warning(rows: list[dict], until: int | None) -> int | None:

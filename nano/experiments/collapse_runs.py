@@ -1,7 +1,13 @@
-"""Run (or resume) issue 40's ten collapse-regime runs, two at a time, and ship their logs.
+"""Run (or resume) the collapse-regime runs, two at a time, and ship their logs.
 
     python -m nano.experiments.collapse_runs [--seeds 0,1,2,3,4] [--jobs 2]
     python -m nano.experiments.collapse_runs --ship-only
+    python -m nano.experiments.collapse_runs --seeds 100 --lr 5e-4 --stop-after-fall 10 \
+        --runs-dir nano-runs-46 --ship assets/nano-runs/confirm/pilot
+
+The defaults are issue 40's ten runs (lr 3e-4, 80 steps, seeds 0-4); issue 46's
+confirmation passes its seeds, lr, steps and stopping rule (assets/nano-runs/README.md, "The
+confirmation").
 
 Each run is `python -m nano rl ... --resume` with the pre-registered settings
 (assets/nano-runs/README.md, "The collapse-regime experiment"), in RUNS_DIR/<name>; a run
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 START = "nano-data/start-sixth"
@@ -31,20 +38,30 @@ VAL = "nano-data/rl-data/val_sample.jsonl"
 ANCHORS = "assets/nano-runs/sweep/anchors.jsonl"
 METHODS = {"grpo": ["--method", "grpo"],
            "llds-a": ["--method", "llds-a", "--lambda", "0.2", "--gate", "lazy"]}
-LOGS = ("metrics.jsonl", "train.log", "command.txt")
+LOGS = ("metrics.jsonl", "train.log", "command.txt", "stopped.json")
 MODEL_SEED = 0  # the seed whose final models ship (the Compare tab's pair)
 
 
-def run_name(method: str, seed: int) -> str:
-    return f"{method}-lr3e-4-seed{seed}"
+@dataclass(frozen=True)
+class Regime:
+    """What differs between the experiments' runs: lr, length, the stopping rule."""
+
+    lr: str = "3e-4"
+    steps: int = 80
+    stop_after_fall: int = 0  # 0: every run trains all its steps (issue 40)
 
 
-def command(method: str, seed: int, runs_dir: Path) -> list[str]:
+def run_name(method: str, seed: int, regime: Regime = Regime()) -> str:
+    return f"{method}-lr{regime.lr}-seed{seed}"
+
+
+def command(method: str, seed: int, runs_dir: Path, regime: Regime = Regime()) -> list[str]:
     """The pre-registered command of one run."""
+    stop = ["--stop-after-fall", str(regime.stop_after_fall)] if regime.stop_after_fall else []
     return [sys.executable, "-m", "nano", "rl", *METHODS[method], "--model", START,
             "--train-data", TRAIN, "--val-data", VAL, "--val-name", "vitalqa",
-            "--out", str(runs_dir / run_name(method, seed)), "--lr", "3e-4",
-            "--warmup-steps", "14", "--steps", "80", "--kl-coef", "0.001",
+            "--out", str(runs_dir / run_name(method, seed, regime)), "--lr", regime.lr,
+            "--warmup-steps", "14", "--steps", str(regime.steps), *stop, "--kl-coef", "0.001",
             "--batch-questions", "8", "--group-size", "4", "--mini-batches", "2",
             "--micro-batch", "8", "--max-new-tokens", "128", "--val-every", "5",
             "--val-limit", "48", "--anchors", ANCHORS, "--anchor-every", "2",
@@ -68,14 +85,14 @@ def ship(run_dir: Path, ship_dir: Path, seed: int) -> None:
         shutil.copytree(run_dir / "model", target / "model", dirs_exist_ok=True)
 
 
-def train_one(method: str, seed: int, runs_dir: Path, ship_dir: Path) -> str:
-    run_dir = runs_dir / run_name(method, seed)
+def train_one(method: str, seed: int, runs_dir: Path, ship_dir: Path, regime: Regime) -> str:
+    run_dir = runs_dir / run_name(method, seed, regime)
     if finished(run_dir):
         ship(run_dir, ship_dir, seed)
         return f"{run_dir.name}: already finished"
     begun = time.time()
     with open(runs_dir / f"{run_dir.name}.out", "a", encoding="utf-8") as out:
-        done = subprocess.run(command(method, seed, runs_dir), stdout=out,
+        done = subprocess.run(command(method, seed, runs_dir, regime), stdout=out,
                               stderr=subprocess.STDOUT, check=False)
     ship(run_dir, ship_dir, seed)
     return (f"{run_dir.name}: exit {done.returncode} after {(time.time() - begun) / 60:.1f} "
@@ -91,12 +108,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ship", type=Path, default=Path("assets/nano-runs/collapse"))
     parser.add_argument("--ship-only", action="store_true",
                         help="copy the logs as they stand, train nothing")
+    parser.add_argument("--lr", default=Regime.lr, help="peak learning rate, as written in "
+                                                        "the run's name")
+    parser.add_argument("--steps", type=int, default=Regime.steps)
+    parser.add_argument("--stop-after-fall", type=int, default=0,
+                        help="stop a run once the collapse rule has held this many steps")
     args = parser.parse_args(argv)
+    regime = Regime(args.lr, args.steps, args.stop_after_fall)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     order = [(method, seed) for seed in seeds for method in METHODS]
     if args.ship_only:
         for method, seed in order:
-            ship(args.runs_dir / run_name(method, seed), args.ship, seed)
+            ship(args.runs_dir / run_name(method, seed, regime), args.ship, seed)
         return 0
     missing = [p for p in (START + "/config.json", TRAIN, VAL, ANCHORS) if not Path(p).is_file()]
     if missing:
@@ -105,7 +128,8 @@ def main(argv: list[str]) -> int:
         return 2
     args.runs_dir.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for line in pool.map(lambda job: train_one(*job, args.runs_dir, args.ship), order):
+        for line in pool.map(lambda job: train_one(*job, args.runs_dir, args.ship, regime),
+                             order):
             print(line, flush=True)
     return 0
 
