@@ -59,7 +59,7 @@ class AnswerGiven:
 
 @dataclass(frozen=True)
 class Finished:
-    stop_reason: str  # answer, eos, max_turns, context_full, cancelled, error
+    stop_reason: str  # answer, eos, max_turns, context_full, cancelled, repetition, error
     turns: int
     searches: int
     new_tokens: int
@@ -75,6 +75,8 @@ class Finished:
     # Turns generated from a left-cut context (the rolling window kept its last
     # AgentSettings.max_context_tokens tokens, as Search-R1 does); 0 when it always fit.
     context_cuts: int = 0
+    # Why a run the studio stopped early ended, in words (stop reason "repetition").
+    stop_detail: str | None = None
 
     @property
     def response(self) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from agent import protocol
+from agent import protocol, repetition
 from agent.backends.base import Backend, Sampling, TurnOutput
 from agent.events import (
     AnswerGiven,
@@ -55,11 +55,17 @@ class AgentSettings:
     # each time; Finished.context_cuts counts the cut turns); "stop" ends the run with
     # `context_full` (the turn budget then shrinks so the context never exceeds the cap).
     on_context_full: str = "truncate"
+    # Not the protocol: end a streamed run whose turn has become one short unit written this
+    # many times in a row (agent/repetition.py), with stop reason "repetition". 0: never
+    # (the evaluator's and app.infer's setting); the studio's pages turn it on.
+    stop_repeats: int = 0
 
     def __post_init__(self) -> None:
         if self.on_context_full not in CONTEXT_FULL_RULES:
             raise ValueError(f"on_context_full must be one of {', '.join(CONTEXT_FULL_RULES)}, "
                              f"not {self.on_context_full!r}")
+        if self.stop_repeats == 1 or self.stop_repeats < 0:
+            raise ValueError(f"stop_repeats is {self.stop_repeats}: 0 (off) or at least 2")
 
     @property
     def sampling(self) -> Sampling:
@@ -109,12 +115,13 @@ class _QuestionState:
         return [s for s, generated in zip(self.segments, self.generated, strict=True)
                 if generated]
 
-    def finish(self, reason: str, error: str | None = None) -> Finished:
+    def finish(self, reason: str, error: str | None = None,
+               detail: str | None = None) -> Finished:
         return Finished(reason, self.round + (reason != "context_full"), self.searches,
                         self.new_tokens, time.perf_counter() - self.started,
                         "".join(self.segments), self.prompt, self.answer, self.invalid,
                         list(self.retrieved), error,
-                        tuple(map(Segment, self.segments, self.generated)), self.cuts)
+                        tuple(map(Segment, self.segments, self.generated)), self.cuts, detail)
 
     def _append(self, text: str, generated: bool = False) -> None:
         self.segments.append(text)
@@ -137,6 +144,11 @@ class _QuestionState:
             # Never None here: the action's own block is an `<answer>` match.
             answer = self.answer if self.answer is not None else action.content
             return [AnswerGiven(answer)], None, self.finish("answer")
+        if output.finish == "repetition" and action.kind != "search":
+            # Stopped by the loop mid-turn (AgentSettings.stop_repeats), with no action.
+            found = repetition.repeated_tail(output.text, self.settings.stop_repeats)
+            detail = repetition.describe(*found) if found else "stopped: repetition"
+            return [], None, self.finish("repetition", detail=detail)
         if self.final:  # the closing round: an action is parsed, but no search states
             return [], None, self.finish("max_turns")
         if action.kind == "search":
@@ -158,6 +170,18 @@ class _QuestionState:
         self._append(inserted)
         self.round += 1
         return DocumentsReturned(query, list(docs), inserted, seconds)
+
+
+class _TurnHalt(threading.Event):
+    """The cancel a backend watches during one streamed turn: the visitor's Stop, or the
+    loop's own repetition stop."""
+
+    def __init__(self, cancel: threading.Event | None):
+        super().__init__()
+        self.cancel, self.repeating = cancel, False
+
+    def is_set(self) -> bool:
+        return self.repeating or (self.cancel is not None and self.cancel.is_set())
 
 
 def _search(retriever: Retriever, queries: list[str],
@@ -185,12 +209,16 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
             yield state.turn_started()
             window = state.window()
             output, shown, text = None, "", ""
-            for item in backend.stream(state.segments, budget, settings.sampling, cancel,
+            halt = _TurnHalt(cancel)
+            for item in backend.stream(state.segments, budget, settings.sampling, halt,
                                        **({"keep_last": window} if window else {})):
                 if isinstance(item, TurnOutput):
                     output = item
                     break
                 text += item
+                if (settings.stop_repeats and not halt.repeating
+                        and repetition.repeated_tail(text, settings.stop_repeats)):
+                    halt.repeating = True  # the backend stops at its next token
                 # Shown: what the cut keeps so far. Past a `</answer>` the text is held
                 # back; it joins the turn only if a `</search>` follows (then the cut moves).
                 visible = protocol.cut_turn(text)
@@ -199,6 +227,8 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
                     shown = visible
             if output is None:
                 raise RuntimeError("the backend ended a turn without its TurnOutput")
+            if halt.repeating and not (cancel is not None and cancel.is_set()):
+                output = replace(output, finish="repetition")
             final = protocol.cut_turn(output.text)
             if len(final) > len(shown) and final.startswith(shown):  # e.g. a restored tag
                 yield TextDelta(final[len(shown):])

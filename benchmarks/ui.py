@@ -65,7 +65,7 @@ def measure(url: str, backend: TimedBackend, model: str) -> dict:
 
     client = Client(url, verbose=False)
     started = time.perf_counter()
-    job = client.submit("Benchmark question?", model, True, 0.7, 1.0, 1, 3, 1024,
+    job = client.submit("Benchmark question?", model, True, 0.7, 1.0, 1, 3, 1024, True,
                         api_name="/ask")
     seen: list[tuple[float, int]] = []
     last = -1

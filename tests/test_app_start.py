@@ -24,7 +24,7 @@ def test_app_starts_and_reports_an_unloadable_model_in_the_page():
         client = Client(url, verbose=False)
         chat, *_ = client.predict("Who directed 2001: A Space Odyssey?",
                                   "SEGAgentRL/LLDS-A-GRPO-Qwen2.5-3B-Base-MA",
-                                  True, 0.7, 1.0, 4, 3, 500, api_name="/ask")
+                                  True, 0.7, 1.0, 4, 3, 500, True, api_name="/ask")
         text = " ".join(part["text"] for message in chat for part in message["content"]
                         if isinstance(part, dict) and "text" in part)
         assert "could not be loaded" in text and "not in the local Hugging Face cache" in text

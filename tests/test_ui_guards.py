@@ -69,7 +69,7 @@ def chat_text(chat) -> str:
     return " ".join(parts)
 
 
-ASK_DEFAULTS = (True, 0.7, 1.0, 4, 3, 500)
+ASK_DEFAULTS = (True, 0.7, 1.0, 4, 3, 500, True)
 
 
 def studio_with(backend, retriever, access: Access | None = None) -> Studio:
@@ -231,12 +231,12 @@ def test_wrong_typed_api_calls_name_the_field(tmp_path, local_retriever, monkeyp
     demo, url = launch(Factory(), local_retriever)
     try:
         client = Client(url, verbose=False)
-        cases = [(("Who?", "test/llds", True, "hot", 1.0, 4, 3, 500), "/ask",
+        cases = [(("Who?", "test/llds", True, "hot", 1.0, 4, 3, 500, True), "/ask",
                   "Temperature: expected a number"),
-                 (("Who?", "test/llds", "yes", 0.7, 1.0, 4, 3, 500), "/ask", "Greedy"),
-                 (("Who?", "test/llds", True, 0.7, 1.0, 2.5, 3, 500), "/ask", "Max turns"),
-                 (("Who?", 42, True, 0.7, 1.0, 4, 3, 500), "/ask", "Model: expected text"),
-                 (("Who?", "test/grpo", "test/llds", True, 0.7, "all", 4, 3, 500),
+                 (("Who?", "test/llds", "yes", 0.7, 1.0, 4, 3, 500, True), "/ask", "Greedy"),
+                 (("Who?", "test/llds", True, 0.7, 1.0, 2.5, 3, 500, True), "/ask", "Max turns"),
+                 (("Who?", 42, True, 0.7, 1.0, 4, 3, 500, True), "/ask", "Model: expected text"),
+                 (("Who?", "test/grpo", "test/llds", True, 0.7, "all", 4, 3, 500, True),
                   "/compare", "Top-p"),
                  (("test/llds", "nq", 3, "zero", "", 4), "/evaluate", "Seed")]
         for args, api, field in cases:

@@ -152,7 +152,7 @@ def test_a_nano_studio_shows_its_examples_pair_and_what_the_model_is(
         assert [["who directed the space film"], ["the Kubrick question"]] in dataset_values
         client = Client(url, verbose=False)  # the "nano" name loads the model behind it
         chat, stats, *_ = client.predict("who directed the space film", NANO, True, 0.7, 1.0,
-                                         4, 3, 500, api_name="/ask")
+                                         4, 3, 500, True, api_name="/ask")
         text = json.dumps(chat)
         assert "Model Nano (test) ready" in text
         assert "Search:" in text and "running" not in stats

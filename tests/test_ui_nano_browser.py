@@ -46,7 +46,11 @@ def test_compare_untouched_shows_the_pair_answering_its_default_as_they_really_d
     """A fresh studio's Compare tab, untouched: the collapse-regime pair, labelled with what
     happened to each in training, on the question stored for that pair
     (assets/compare_example.json); both load at once and answer as measured: B (LLDS-A)
-    right, A (GRPO, collapsed) not."""
+    right, A (GRPO, collapsed) not. The collapsed side is stopped by the studio's repetition
+    stop (on by default), saying so, instead of writing ~2,000 tokens to the turn limit; a
+    side never shows Gradio's loading dots (one that has finished would look unfinished)."""
+    import time
+
     from playwright.sync_api import expect
 
     stored = json.loads(COMPARE.read_text(encoding="utf-8"))
@@ -56,16 +60,28 @@ def test_compare_untouched_shows_the_pair_answering_its_default_as_they_really_d
     expect(page.locator("#compare-question textarea")).to_have_value(stored["question"])
     assert "collapsed in training" in page.locator("#compare-model-a input").input_value()
     assert "did not collapse" in page.locator("#compare-model-b input").input_value()
+    expect(page.locator("#ask-stop-repeats input")).to_be_checked()
     page.locator("#compare-button").click()
     table = page.locator("#compare-table")
     expect(table).to_contain_text("Ended", timeout=60_000)
-    expect(table).not_to_contain_text("running", timeout=600_000)
+    loading = page.locator('[aria-label="Loading response"]')
+    deadline = time.monotonic() + 120  # a hang guard: the pair ends in seconds
+    while "running" in table.inner_text() and time.monotonic() < deadline:
+        assert loading.count() == 0, "a chat shows Gradio's loading dots"
+        page.wait_for_timeout(200)
+    expect(table).not_to_contain_text("running")
     for side in ("a", "b"):
         expect(page.locator(f"#compare-chat-{side}")).not_to_contain_text(
             "could not be loaded")
     expect(page.locator("#compare-chat-b")).to_contain_text(stored["answers"][1])
-    cells = [c.strip() for c in table.inner_text().splitlines() if c.startswith("Answer")]
+    chat_a = page.locator("#compare-chat-a")
+    expect(chat_a).to_contain_text("repeated")
+    expect(chat_a).to_contain_text("the published protocol would run on to the turn limit")
+    lines = table.inner_text().splitlines()
+    cells = [c.strip() for c in lines if c.startswith("Answer")]
     assert cells and stored["answers"][1] in cells[0]
+    ended = next(c for c in lines if c.startswith("Ended"))
+    assert "stopped: repeating itself" in ended and "answered" in ended, ended
     assert stored["em"] == [0, 1]
     page.screenshot(path=str(ARTIFACTS / "nano-compare.png"), full_page=True)
     page.context.close()

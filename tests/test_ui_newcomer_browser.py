@@ -118,10 +118,12 @@ def ask(page, question: str) -> None:
 
 
 def test_compare_defaults_show_degenerate_output_folded(page):
-    """Untouched: the pre-filled question and the default pair; "2" and 485 zeros read
-    "2 [0 × 485]" in the chats (thoughts, answers, invalid turns) and in the table."""
+    """The pre-filled question and the default pair, with the repetition stop unticked (the
+    published protocol: each turn runs to its budget); "2" and 485 zeros read "2 [0 × 485]"
+    in the chats (thoughts, answers, invalid turns) and in the table."""
     from playwright.sync_api import expect
 
+    page.locator("#ask-stop-repeats input").uncheck()
     page.get_by_role("tab", name="Compare").click()
     page.locator("#compare-button").click()
     table = page.locator("#compare-table")
@@ -196,7 +198,8 @@ def test_compare_is_disabled_while_it_runs_and_back_at_the_end(page):
     button.click()
     expect(button).to_be_disabled(timeout=10_000)
     expect(button).to_have_text(COMPARE_BUSY)
-    expect(page.locator("#compare-table")).to_contain_text("max_turns", timeout=60_000)
+    expect(page.locator("#compare-table")).to_contain_text("stopped: repeating itself",
+                                                           timeout=60_000)
     expect(button).to_be_enabled(timeout=10_000)
     expect(button).to_have_text("Compare")
 
@@ -252,7 +255,8 @@ def test_ask_and_compare_read_well_at_1400_and_1000_px(browser, app_url, width):
     assert button.evaluate("e => e.scrollWidth <= e.clientWidth + 1")  # the label fits
     page.screenshot(path=str(ARTIFACTS / f"newcomer-compare-running-{width}.png"),
                     full_page=True)
-    expect(page.locator("#compare-table")).to_contain_text("max_turns", timeout=60_000)
+    expect(page.locator("#compare-table")).to_contain_text("stopped: repeating itself",
+                                                           timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / f"newcomer-compare-{width}.png"), full_page=True)
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.context.close()

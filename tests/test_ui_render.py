@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -219,9 +220,15 @@ def test_stats_count_turns_searches_tokens_and_rate():
     stats = t.stats()
     assert (stats.turn, stats.rounds, stats.searches) == (2, 5, 1)
     assert stats.tokens > 0 and stats.tokens_per_second > 0
+    assert stats.line().startswith("Turn 2 of 4 · 1 search · ") and "· running" in stats.line()
     t.apply(run_events()[-1])
     assert t.stats().tokens == 20 and t.stats().stop_reason == "answer"
-    assert "Turn 2 of 4 · 1 search · 20 tokens" in t.stats().line()
+    # Ended: how many turns it took and how it ended, in words (not "Closing turn", a code).
+    assert "2 turns · 1 search · 20 tokens" in t.stats().line()
+    assert t.stats().line().endswith(" · answered")
+    closing = replace(t.stats(), final_round=True, stop_reason="max_turns")
+    assert closing.line().startswith("2 turns") and closing.line().endswith(
+        " · no answer (turn limit)")
 
 
 # Exports ------------------------------------------------------------------------------
@@ -260,7 +267,9 @@ def test_a_question_with_a_lone_surrogate_is_refused_with_a_message_it_can_show(
 def test_settings_from_controls_casts_slider_floats():
     s = settings_from_controls(False, 0.7, 0.9, 3.0, 5.0, 128.0)
     assert s == AgentSettings(max_turns=3, topk=5, max_new_tokens=128, greedy=False,
-                              temperature=0.7, top_p=0.9)
+                              temperature=0.7, top_p=0.9, stop_repeats=64)
+    # The repetition box unticked: the published protocol, which never stops early.
+    assert settings_from_controls(False, 0.7, 0.9, 3, 5, 128, False).stop_repeats == 0
 
 
 def test_pool_loads_once_reports_failures_and_keeps_other_models():

@@ -95,13 +95,15 @@ class AskTab:
 
     # Explicit parameters, not *values: Gradio injects gr.Request only into those.
     def run(self, question_text: str, model_id: str, greedy_on: bool, temp: float,
-            nucleus: float, turns: int, k: int, tokens: int, request: gr.Request):
+            nucleus: float, turns: int, k: int, tokens: int, repeats: bool,
+            request: gr.Request):
         """Ask the question; stream its transcript (the chat shows this run alone), then
         the raw text and the exports."""
         studio = self.studio
         try:
             model_id = inputs.text("Model", model_id)
-            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens,
+                                              repeats)
         except inputs.InputError as err:
             raise gr.Error(str(err)) from None
         problem = validate_question(question_text)

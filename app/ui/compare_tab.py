@@ -33,7 +33,7 @@ def comparison_table(models: Sequence[str], transcripts: Sequence[fold.Transcrip
         rows["Searches"].append(str(stats.searches))
         rows["Tokens"].append(str(stats.tokens))
         rows["Time"].append(f"{stats.seconds:.1f} s")
-        rows["Ended"].append(stats.stop_reason or "running")
+        rows["Ended"].append(fold.ended(stats.stop_reason))
     lines = ["| | A | B |", "|---|---|---|"]
     lines += [f"| {key} | {' | '.join(v.replace('|', '/') for v in values)} |"
               for key, values in rows.items()]
@@ -72,13 +72,14 @@ class CompareTab:
         gr.Markdown(fold.ATTRIBUTION)
 
     def run(self, question_text: str, model_a: str, model_b: str, greedy_on: bool,
-            temp: float, nucleus: float, turns: int, k: int, tokens: int,
+            temp: float, nucleus: float, turns: int, k: int, tokens: int, repeats: bool,
             request: gr.Request):
         """Run both models on the question at once; stream both transcripts and the table."""
         studio = self.studio
         try:
             models = [inputs.text("Model A", model_a), inputs.text("Model B", model_b)]
-            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens)
+            settings = settings_from_controls(greedy_on, temp, nucleus, turns, k, tokens,
+                                              repeats)
         except inputs.InputError as err:
             raise gr.Error(str(err)) from None
         problem = validate_question(question_text)
@@ -141,7 +142,10 @@ class CompareTab:
         event = button.guard(self.go.click, self.run, [self.question, *self.models,
                                                        *self.studio.decoding.components],
                              [*self.chats, *self.stats, self.table], api_name="compare",
-                             concurrency_id="agent", concurrency_limit=self.studio.concurrency)
+                             concurrency_id="agent", concurrency_limit=self.studio.concurrency,
+                             # Gradio's loading dots would stay on a side that has finished
+                             # while the other runs; each side's stats line says "running".
+                             show_progress="hidden")
         # Stop brings the button back itself: a cancelled run may not reach its own `then`.
         self.stop_button.click(self.stop, None, None, queue=False,
                                api_name="compare_stop").then(

@@ -33,6 +33,11 @@ CONTROLS = {"temperature": ("Temperature", 0.05, 1.5, 0.05, 0.7),
 GREEDY_LABEL = "Greedy (the paper's evaluation)"
 SAMPLING = ("temperature", "top_p")  # what greedy decoding ignores
 GREEDY_NOTE = "Not used while Greedy is ticked."
+# The studio's repetition stop (AgentSettings.stop_repeats): a turn that has written one
+# short unit this many times in a row ends there, saying so. Not the published protocol
+# (the evaluator and app.infer never stop early), hence a box to untick.
+REPEAT_STOP = 64
+REPEAT_LABEL = f"Stop a turn that repeats one word {REPEAT_STOP} times (not the protocol)"
 
 
 def _checked(name: str, value, integer: bool = False):
@@ -212,7 +217,8 @@ def reading_check(question: str, model: str, pool: Any) -> Reading:
 
 
 def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_turns: int,
-                           topk: int, max_new_tokens: int) -> AgentSettings:
+                           topk: int, max_new_tokens: int,
+                           stop_repeats: bool = True) -> AgentSettings:
     """The decoding controls' values as agent settings; InputError names a field out of its
     range or of the wrong type (the API client can send anything)."""
     return AgentSettings(max_turns=_checked("max_turns", max_turns, integer=True),
@@ -221,7 +227,9 @@ def settings_from_controls(greedy: bool, temperature: float, top_p: float, max_t
                                                  integer=True),
                          greedy=inputs.flag("Greedy", greedy),
                          temperature=_checked("temperature", temperature),
-                         top_p=_checked("top_p", top_p))
+                         top_p=_checked("top_p", top_p),
+                         stop_repeats=REPEAT_STOP if inputs.flag("Stop on repetition", stop_repeats)
+                         else 0)
 
 
 class Decoding:
@@ -239,6 +247,8 @@ class Decoding:
                 low, high, value=default, step=step, label=label, render=False,
                 interactive=name not in SAMPLING, elem_id=f"ask-{name.replace('_', '-')}",
                 info=GREEDY_NOTE if name in SAMPLING else None))
+        self.stop_repeats = inputs.Checkbox(True, label=REPEAT_LABEL, render=False,
+                                            elem_id="ask-stop-repeats")
 
     @property
     def sampling(self) -> list:
@@ -256,7 +266,7 @@ class Decoding:
 
     @property
     def components(self) -> list:
-        return [self.greedy, *self.sliders]
+        return [self.greedy, *self.sliders, self.stop_repeats]
 
     def render(self) -> None:
         for component in self.components:

@@ -303,6 +303,17 @@ _ENDINGS = {
     "context_full": "Stopped: the context is full (4,096 tokens).",
     "eos": "The model ended without an answer.",
 }
+# How a run ended, in a few words: the stats line and the Compare table.
+ENDED = {"answer": "answered", "max_turns": "no answer (turn limit)", "cancelled": "stopped",
+         "context_full": "context full", "eos": "ended without an answer",
+         "repetition": "stopped: repeating itself", "error": "failed"}
+
+
+def ended(stop_reason: str | None) -> str:
+    """A stop reason in words ("running" while there is none yet)."""
+    if stop_reason is None:
+        return "running"
+    return ENDED.get(stop_reason, stop_reason)
 
 
 def ending_message(finished: Finished) -> Message | None:
@@ -311,6 +322,10 @@ def ending_message(finished: Finished) -> Message | None:
         return None
     if finished.stop_reason == "error":
         return note(f"**The run failed:** {escape(finished.error or 'unknown error')}")
+    if finished.stop_reason == "repetition":
+        detail = finished.stop_detail or "stopped: the model repeated itself"
+        return note(f"**{escape(detail[0].upper() + detail[1:])}.** Untick *Stop a turn "
+                    "that repeats one word* under Decoding to watch it run on.")
     return note(_ENDINGS.get(finished.stop_reason, f"Ended: {finished.stop_reason}."))
 
 
@@ -483,14 +498,16 @@ class RunStats:
     def line(self) -> str:
         """One line of live stats. Turns count as Max turns does (the rounds with search);
         the closing round, which has none, is named as such."""
-        if self.final_round:
+        if self.stop_reason is not None:  # ended: how many turns it took, not where it was
+            turn = f"{self.turn} turn" + ("" if self.turn == 1 else "s")
+        elif self.final_round:
             turn = "Closing turn (no search)"
         elif self.rounds:
             turn = f"Turn {self.turn} of {self.rounds - 1}"
         else:
             turn = "Turn –"
         searches = f"{self.searches} search" + ("" if self.searches == 1 else "es")
-        state = f" · {self.stop_reason}" if self.stop_reason else " · running"
+        state = f" · {ended(self.stop_reason)}"
         return (f"{turn} · {searches} · {self.tokens} tokens · "
                 f"{self.tokens_per_second:.1f} tokens/s · {self.seconds:.1f} s{state}")
 
