@@ -104,3 +104,23 @@ def test_the_warning_rules_are_as_frozen_at_the_preregistration():
     for name, calls in FROZEN.items():
         cells = " | ".join("-" if c is None else str(c) for c in calls)
         assert f"| {name} | {cells} |" in frozen, name
+
+
+def test_the_pilot_pair_picks_the_regime_by_the_registered_rule(tmp_path):
+    from nano.experiments.confirm import pick_regime
+
+    grpo_fell = {"step": 52, "collapse_at": 42, "held_steps": 10}
+    write_run(tmp_path / "a", "grpo", 100, rows(fall=(40, 52), steps=52), stopped=grpo_fell)
+    write_run(tmp_path / "a", "llds-a", 100, rows())
+    why, runner = pick_regime(tmp_path / "a")
+    assert "pilot lr (lr 5e-4, 80 steps, seeds 101-110)" in why
+    assert runner == ["--seeds", ",".join(map(str, range(101, 111))), "--lr", "5e-4",
+                      "--steps", "80", "--stop-after-fall", "10"]
+    write_run(tmp_path / "b", "grpo", 100, rows(fall=(40, 52), steps=52), stopped=grpo_fell)
+    write_run(tmp_path / "b", "llds-a", 100, rows(fall=(60, 80)))  # both collapsed
+    assert pick_regime(tmp_path / "b")[1][:6] == ["--seeds", ",".join(
+        map(str, range(101, 113))), "--lr", "3e-4", "--steps", "120"]
+    write_run(tmp_path / "c", "grpo", 100, rows(steps=40))  # still running
+    write_run(tmp_path / "c", "llds-a", 100, rows())
+    with pytest.raises(ValueError, match="has not ended"):
+        pick_regime(tmp_path / "c")

@@ -185,6 +185,31 @@ def power_report(exploratory: Path) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------- regime
+
+PILOT_LR = "5e-4"
+REGIMES = {  # the pre-registered choice: (lr, steps, seeds)
+    "pilot lr": (PILOT_LR, 80, list(range(101, 111))),
+    "fallback": ("3e-4", 120, list(range(101, 113))),
+}
+
+
+def pick_regime(pilot_root: Path) -> tuple[str, list[str]]:
+    """The pre-registered rule: the pilot lr if the GRPO pilot collapsed and the LLDS-A
+    pilot did not, else the fallback; (why, the runner's arguments)."""
+    pilot = {r.method: r for r in read_runs(pilot_root)}
+    if set(pilot) != {"GRPO", "LLDS-A"} or not all(r.judged for r in pilot.values()):
+        raise ValueError(f"the pilot pair in {pilot_root} has not ended: nothing to pick yet")
+    chosen = ("pilot lr" if pilot["GRPO"].collapsed and not pilot["LLDS-A"].collapsed
+              else "fallback")
+    lr, steps, seeds = REGIMES[chosen]
+    why = (f"GRPO pilot {'collapsed' if pilot['GRPO'].collapsed else 'did not collapse'}, "
+           f"LLDS-A pilot {'collapsed' if pilot['LLDS-A'].collapsed else 'did not collapse'}"
+           f": {chosen} (lr {lr}, {steps} steps, seeds {seeds[0]}-{seeds[-1]})")
+    return why, ["--seeds", ",".join(map(str, seeds)), "--lr", lr, "--steps", str(steps),
+                 "--stop-after-fall", "10"]
+
+
 # ----------------------------------------------------------------------------- verdict
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -271,9 +296,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--end", type=int, default=END, help="steps a run must reach")
     parser.add_argument("--power", action="store_true",
                         help="RUNS_ROOT is the exploratory set: print the power calculation")
+    parser.add_argument("--regime", action="store_true",
+                        help="RUNS_ROOT is the pilot pair: print the regime the rule picks "
+                             "and the runner's arguments for it")
     args = parser.parse_args(argv)
     if args.power:
         print("\n".join(power_report(args.runs_root)))
+        return 0
+    if args.regime:
+        try:
+            why, runner = pick_regime(args.runs_root)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(why, file=sys.stderr)
+        print(" ".join(runner))
         return 0
     readings = read_runs(args.runs_root, args.end)
     if not readings:
