@@ -56,12 +56,14 @@ class AnalysisResult:
 def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
                     smoothing: float = 0.6, annotate: bool = True, *,
                     metrics: Sequence[str] = (), rule: PhaseRule | None = None,
-                    band: str | None = None) -> AnalysisResult:
+                    band: str | None = None,
+                    aliases: dict[str, str] | None = None) -> AnalysisResult:
     """Read every file or log folder, analyse every run, build the figures and the summary.
 
     labels: run name -> "GRPO" | "LLDS", overriding the guess from the name.
     metrics: extra raw keys to plot, one panel each.
     band: "minmax" or "se" draws runs that differ only by seed as a mean with that band.
+    aliases: raw column -> recognised key (curves.runs.column_aliases), a visitor's names.
     """
     rule = rule or PhaseRule()
     messages: list[Message] = []
@@ -69,7 +71,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     for path in paths:
         source = Path(path).name
         try:
-            parsed = read_source(path)
+            parsed = read_source(path, aliases)
         except LogFormatError as exc:
             messages.append(Message("error", str(exc), source))
             continue

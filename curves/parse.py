@@ -64,6 +64,7 @@ FORMAT_NAMES = {
     "wandb-csv": "Weights & Biases CSV export",
     "csv": "CSV with a step column",
     "jsonl": "JSON lines with a step or _step field",
+    "trainer-state": "Hugging Face / TRL trainer_state.json (its log_history)",
     "tensorboard": "TensorBoard event file (events.out.tfevents.*)",
 }
 KNOWN_FORMATS_TEXT = "; ".join(FORMAT_NAMES.values())
@@ -82,8 +83,19 @@ class ParsedFile:
 
 # --------------------------------------------------------------------------- detection
 
-def read_log(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> ParsedFile:
-    """Detect the format of `path` and read every run in it."""
+def rename_columns(parsed: ParsedFile, aliases: dict[str, str] | None) -> ParsedFile:
+    """Each run's columns named by `aliases` (raw -> recognised key, `column_aliases`)
+    renamed, so a visitor's own `my_score` is read as the reward."""
+    for run in parsed.runs if aliases else []:
+        run.table = run.table.rename(columns={raw: key for raw, key in aliases.items()
+                                              if raw in run.table.columns})
+    return parsed
+
+
+def read_log(path: str | os.PathLike, max_bytes: int = MAX_BYTES,
+             aliases: dict[str, str] | None = None) -> ParsedFile:
+    """Detect the format of `path` and read every run in it (`aliases`: columns to read
+    under a recognised name, see `rename_columns`)."""
     path = str(path)
     fmt = detect_format(path, max_bytes=max_bytes)
     reader = {
@@ -92,9 +104,10 @@ def read_log(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> ParsedFile:
         "csv": read_csv,
         "wandb-csv": read_csv,
         "jsonl": read_jsonl_log,
+        "trainer-state": read_trainer_state,
         "tensorboard": read_tensorboard,
     }[fmt]
-    parsed = reader(path)
+    parsed = rename_columns(reader(path), aliases)
     _require_known_metric(parsed)
     return parsed
 
@@ -144,6 +157,8 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
         # of keys): read it whole; the file size limit bounds it.
         lines = [_first_line(path)]
     first = lines[0].lstrip("\ufeff").strip()
+    if first.startswith("{") and '"log_history"' in text:
+        return "trainer-state"
     if first.startswith("{"):
         try:
             if isinstance(json.loads(first), dict):
@@ -262,8 +277,9 @@ def _require_known_metric(parsed: ParsedFile) -> None:
         raise LogFormatError(f"no metric values found in this {FORMAT_NAMES[parsed.format]}")
     if not recognised_keys(keys):
         raise LogFormatError(
-            "no recognised training metric (e.g. critic/score/mean, actor/grad_norm, "
-            f"actor/pos_avg_old_log_prob); keys found: {_preview(keys)}"
+            "no recognised training metric (e.g. critic/score/mean or reward, kl, entropy, "
+            f"actor/pos_avg_old_log_prob); keys found: {_preview(keys)}. Name yours under "
+            "\"Your own column names\" (e.g. reward=my_score)"
         )
 
 
@@ -532,6 +548,56 @@ def _flatten(record: dict, prefix: str = "") -> Iterator[tuple[str, object]]:
             yield from _flatten(value, name + "/")
         else:
             yield name, value
+
+
+MAX_STATE_BYTES = 32 * 1024 * 1024  # read whole: a long run's trainer_state.json is ~1-5 MB
+
+
+def read_trainer_state(path: str) -> ParsedFile:
+    """The HF Trainer's (and so TRL's) `trainer_state.json`: its `log_history`, one record
+    per logging step (`step`, then `reward`, `kl`, `loss`, ... and `eval_*` on eval steps).
+    The run is named by the folder it sits in (the output dir, or `checkpoint-N`'s)."""
+    size = os.path.getsize(path)
+    if size > MAX_STATE_BYTES:
+        raise LogFormatError(f"the trainer_state.json is {size / 2**20:.0f} MB, over the "
+                             f"{MAX_STATE_BYTES / 2**20:.0f} MB we read whole; export the "
+                             "metrics as JSON lines instead")
+    try:
+        with open(path, encoding="utf-8", errors="strict") as handle:
+            state = json.load(handle)
+    except UnicodeDecodeError as exc:
+        raise LogFormatError(f"the file is not UTF-8 text ({exc.reason})") from None
+    except (ValueError, RecursionError) as exc:
+        raise LogFormatError(f"the trainer_state.json is not valid JSON ({exc})") from None
+    history = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(history, list):
+        raise LogFormatError("the file has no `log_history` list (is it a trainer_state.json "
+                             "written by the Hugging Face Trainer?)")
+    segments, no_step = _Segments(), 0
+    for record in history:
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or (
+                isinstance(step, float) and not math.isfinite(step)):
+            no_step += 1
+            continue
+        values = {key: float(value) for key, value in _flatten(record)
+                  if key != "step" and isinstance(value, (int, float))
+                  and not isinstance(value, bool)}
+        segments.add(int(step), tuple(values), list(values.values()))
+    if not segments.segments:
+        raise LogFormatError("the log_history holds no record with a numeric `step` (was "
+                             "anything logged? set logging_steps)")
+    folder = Path(path).resolve().parent
+    name = Path(path).stem
+    # Named by its folder where that is a run's (an upload sits in a hashed temp folder).
+    if Path(path).name == "trainer_state.json" and not re.fullmatch(r"[0-9a-f]{16,}",
+                                                                    folder.name):
+        name = (f"{folder.parent.name}/{folder.name}" if folder.name.startswith("checkpoint-")
+                else folder.name)
+    runs, notes = segments.runs(name, path, "trainer-state")
+    if no_step:
+        notes.append(f"{no_step} log_history record(s) had no numeric step and were skipped")
+    return ParsedFile(path, "trainer-state", runs, no_step, notes)
 
 
 def read_jsonl_log(path: str) -> ParsedFile:

@@ -138,15 +138,46 @@ CANONICAL: tuple[Metric, ...] = (
            "current policy; logged every few steps only"),
     Metric("ref_log_ratio", "log π − log π_ref (per token)", ("displacement/ref_log_ratio",),
            "mean over every generated token of the step, old policy minus reference policy"),
-    Metric("reward", "reward (mean score)", ("critic/score/mean", "critic/rewards/mean")),
-    Metric("grad_norm", "gradient norm", ("actor/grad_norm",), log_y=True),
-    Metric("entropy", "entropy", ("actor/entropy", "actor/entropy_loss")),
-    Metric("kl", "KL to reference", ("actor/kl_loss", "actor/kl")),
+    # verl's names first, then TRL's GRPOTrainer's (`reward`, `kl`, `entropy`,
+    # `completions/mean_length`, older `completion_length`), then plain ones other trainers
+    # write. Each may also come with the `train/` prefix the HF Trainer adds in W&B and
+    # TensorBoard (`train/reward`).
+    Metric("reward", "reward (mean score)", ("critic/score/mean", "critic/rewards/mean",
+                                             "reward", "rewards", "score")),
+    Metric("grad_norm", "gradient norm", ("actor/grad_norm", "grad_norm"), log_y=True),
+    Metric("entropy", "entropy", ("actor/entropy", "actor/entropy_loss", "entropy")),
+    Metric("kl", "KL to reference", ("actor/kl_loss", "actor/kl", "kl")),
     Metric("ppo_kl", "PPO KL (old -> new policy)", ("actor/ppo_kl",)),
     Metric("llds_penalty", "LLDS penalty", ("actor/loss_noreduce",)),
     Metric("valid_search", "valid searches per response", ("env/number_of_valid_search",)),
-    Metric("response_length", "response length (tokens)", ("response_length/mean",)),
+    Metric("response_length", "response length (tokens)",
+           ("response_length/mean", "completions/mean_length", "completion_length",
+            "response_length")),
 )
+TRAIN_PREFIX = "train/"  # the HF Trainer's prefix for training metrics in W&B / TensorBoard
+
+
+def column_aliases(spec: str) -> dict[str, str]:
+    """A visitor's own names, "reward=my_score, kl=kl_div" (what it is = the column), as
+    raw column -> the key the reader recognises for it; ValueError says what was wrong."""
+    aliases: dict[str, str] = {}
+    for part in (p.strip() for p in spec.replace(";", ",").split(",")):
+        if not part:
+            continue
+        what, sep, column = (x.strip() for x in part.partition("="))
+        if not sep or not what or not column:
+            raise ValueError(f"{part!r} is not metric=column (e.g. reward=my_score)")
+        if what not in CANONICAL_BY_ID:
+            raise ValueError(f"{what!r} is not a metric we plot; use one of "
+                             + ", ".join(CANONICAL_BY_ID))
+        aliases[column] = CANONICAL_BY_ID[what].keys[0]
+    return aliases
+
+
+def known_names() -> str:
+    """Every metric name the reader recognises, for a visitor: `key` (what it plots as)."""
+    return "; ".join(f"{m.label}: " + ", ".join(f"`{k}`" for k in m.keys) for m in CANONICAL)
+
 CANONICAL_BY_ID = {m.id: m for m in CANONICAL}
 
 # val/test_score/nq, val-core/nq/acc/mean@1, val-core/nq/reward/mean@1 ...
@@ -163,8 +194,9 @@ def resolve_metrics(columns: list[str] | pd.Index) -> dict[str, str]:
     found: dict[str, str] = {}
     for metric in CANONICAL:
         for key in metric.keys:
-            if key in present:
-                found[metric.id] = key
+            hit = next((k for k in (key, TRAIN_PREFIX + key) if k in present), None)
+            if hit is not None:
+                found[metric.id] = hit
                 break
     for key in sorted(present):
         dataset = validation_dataset(key)

@@ -37,12 +37,14 @@ from curves.parse import (
     read_event_scalars,
     read_jsonl_log,
     read_log,
+    rename_columns,
 )
 from curves.runs import TrainingRun, make_run, recognised_keys
 from curves.wandb_log import is_wandb_log, read_wandb_log
 
 MAX_FOLDER_FILES = 2000  # event files or run folders read from one folder
-FOLDER_KINDS = ("TensorBoard logdir (events.out.tfevents.* files)",
+FOLDER_KINDS = ("Hugging Face / TRL output or checkpoint folder (trainer_state.json)",
+                "TensorBoard logdir (events.out.tfevents.* files)",
                 "W&B run folder (wandb/run-*/) or the wandb/ folder above it",
                 "MLflow store (mlruns/, an experiment folder or a run folder)")
 _EVENTS_PREFIX = "events.out.tfevents."
@@ -51,14 +53,16 @@ _WANDB_RUN_RE = re.compile(r"^(?:offline-)?run-\d{8}_\d{6}-([A-Za-z0-9]+)$")
 _NAME_KEYS = ("trainer.experiment_name", "experiment_name", "run_name", "name")
 
 
-def read_source(path: str | os.PathLike) -> ParsedFile:
-    """Read a log file, a `.wandb` transaction log, or a folder of logs."""
+def read_source(path: str | os.PathLike, aliases: dict[str, str] | None = None) -> ParsedFile:
+    """Read a log file, a `.wandb` transaction log, or a folder of logs (`aliases`: columns
+    to read under a recognised name, curves.runs.column_aliases)."""
     p = Path(path)
     if p.is_dir():
-        return read_folder(p)
+        return read_folder(p, aliases)
     if p.is_file() and p.stat().st_size and is_wandb_log(p):
-        return _with_known_metric(_read_wandb_run(p.parent, wandb_file=p))
-    parsed = read_log(p)
+        return _with_known_metric(rename_columns(_read_wandb_run(p.parent, wandb_file=p),
+                                                 aliases))
+    parsed = read_log(p, aliases=aliases)
     folder = _wandb_run_of_file(p)
     if folder is not None:
         name = _wandb_run_name(folder, display_name="")
@@ -67,17 +71,32 @@ def read_source(path: str | os.PathLike) -> ParsedFile:
     return parsed
 
 
-def read_folder(folder: Path) -> ParsedFile:
+def trainer_state_of(folder: Path) -> Path | None:
+    """The trainer_state.json a Trainer folder holds: its own, else its latest
+    `checkpoint-N/`'s (each checkpoint's log_history holds every earlier record)."""
+    own = folder / "trainer_state.json"
+    if own.is_file():
+        return own
+    steps = [(int(p.name.split("-", 1)[1]), p) for p in _subfolders(folder)
+             if re.fullmatch(r"checkpoint-\d+", p.name) and (p / "trainer_state.json").is_file()]
+    return max(steps)[1] / "trainer_state.json" if steps else None
+
+
+def read_folder(folder: Path, aliases: dict[str, str] | None = None) -> ParsedFile:
+    state = trainer_state_of(folder)
+    if state is not None:
+        return read_log(state, aliases=aliases)
     if mlruns.is_run_folder(folder) or mlruns.is_experiment_folder(folder) or \
             mlruns.is_store_root(folder):
-        return _with_known_metric(read_mlruns(folder))
+        return _with_known_metric(rename_columns(read_mlruns(folder), aliases))
     if _is_wandb_run(folder):
-        return _with_known_metric(_read_wandb_run(folder))
+        return _with_known_metric(rename_columns(_read_wandb_run(folder), aliases))
     wandb_runs = [child for child in _subfolders(folder) if _is_wandb_run(child)]
     if wandb_runs:
-        return _with_known_metric(_read_wandb_runs(folder, wandb_runs))
+        return _with_known_metric(rename_columns(_read_wandb_runs(folder, wandb_runs),
+                                                 aliases))
     if next(_event_files(folder), None) is not None:
-        return _with_known_metric(read_tensorboard_logdir(folder))
+        return _with_known_metric(rename_columns(read_tensorboard_logdir(folder), aliases))
     raise LogFormatError("this folder holds no training log we read; folders we read: "
                          + "; ".join(FOLDER_KINDS) + ". For another log, pass the file itself")
 
@@ -90,8 +109,10 @@ def _with_known_metric(parsed: ParsedFile) -> ParsedFile:
     if not recognised_keys(keys):
         shown = ", ".join(keys[:25]) + (f", ... ({len(keys) - 25} more)" if len(keys) > 25
                                          else "")
-        raise LogFormatError("no recognised training metric (e.g. critic/score/mean, "
-                             f"actor/grad_norm, actor/pos_avg_old_log_prob); keys found: {shown}")
+        raise LogFormatError("no recognised training metric (e.g. critic/score/mean or "
+                             "reward, kl, entropy, actor/pos_avg_old_log_prob); keys found: "
+                             f"{shown}. Name yours under \"Your own column names\" (e.g. "
+                             "reward=my_score)")
     return parsed
 
 

@@ -76,6 +76,12 @@ PHASE_RULE_NOTE = (
     "rule is strict (a straight-line decline over at least {segment} logged points, far "
     "beyond the noise): a shorter or noisier fall reads \"no decline met the phase-II "
     "rule\" in the table.")
+NAMES_READ = (
+    "Each panel reads the first of these names a log has (also with the `train/` prefix "
+    "that the Hugging Face Trainer and TRL write to W&B and TensorBoard), and validation "
+    "scores as `val/test_score/<set>`: ")
+
+
 # The summary columns shown, and their headings here (the rest are in curves' CSV export).
 SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
@@ -168,13 +174,18 @@ class CurvesTab:
     """The tab's widgets, and its handlers: each returns {component: update}."""
 
     def __init__(self, bundled: list[Path] | None = None):
+        from curves.runs import known_names
+
         self.bundled = bundle = bundled_logs() if bundled is None else bundled
-        gr.Markdown("Upload training logs (verl console logs, W&B CSV exports or TensorBoard "
+        gr.Markdown("Upload training logs (verl console logs, TRL's trainer_state.json, "
+                    "W&B CSV exports, JSON lines or a CSV with a step column, TensorBoard "
                     "event files; several at once) to see whether likelihood displacement "
                     "set in: the likelihood of the model's good responses falling while "
                     "training goes on. Each run's method (GRPO or LLDS) is guessed from its "
                     "name; correct it in the table and press Analyze."
                     + (" Or try the small GRPO and LLDS runs this studio ships." if bundle else ""))
+        with gr.Accordion("Which column names are read", open=False):
+            gr.Markdown(NAMES_READ + known_names() + ".")
         self.try_bundled = gr.Button("Try the bundled runs", visible=bool(bundle),
                                      elem_id="curves-bundled")
         self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
@@ -199,6 +210,11 @@ class CurvesTab:
                 self.annotate = gr.Checkbox(True, label="Annotate phases")
                 self.seeds = gr.Radio(SEED_CHOICES, value="minmax", elem_id="curves-seeds",
                                       label="Runs that differ only by seed")
+                self.aliases = gr.Textbox(label="Your own column names", max_lines=1,
+                                          placeholder="reward=my_score, kl=kl_div",
+                                          info="metric=column, for a log whose names are "
+                                               "not read (see above)",
+                                          elem_id="curves-aliases")
                 self.analyze = gr.Button("Analyze", variant="primary",
                                          elem_id="curves-analyze")
         self.messages = gr.Markdown("", elem_id="curves-messages")
@@ -210,10 +226,12 @@ class CurvesTab:
         self.plots = [gr.Plot(visible=False, show_label=False) for _ in range(PLOT_SLOTS)]
 
     def run(self, paths, table, weight: float, notes: bool, band: str = "minmax",
-            guessed: dict | None = None, bundled: bool = False) -> dict:
+            guessed: dict | None = None, bundled: bool = False, names: str = "") -> dict:
         """Analyse the files; `guessed` (run -> method guessed before) is None for new files,
-        whose methods are guessed afresh: only a label the user changed is passed on."""
+        whose methods are guessed afresh: only a label the user changed is passed on.
+        `names`: the visitor's own column names ("reward=my_score")."""
         from curves import analyze_uploads
+        from curves.runs import column_aliases
 
         paths = [p if isinstance(p, str) else getattr(p, "name", str(p))
                  for p in (paths or [])]
@@ -230,9 +248,15 @@ class CurvesTab:
             changed = {self.logged_names.get(run, run): method
                        for run, method in changed.items()}
         band = None if band in (None, "none") else band
+        hidden = gr.update(visible=False, value=None)
+        try:
+            aliases = column_aliases(names or "")
+        except ValueError as err:
+            return {**update, self.messages: f"**Your own column names:** {escape(str(err))}",
+                    self.summary: hidden, self.labels: table}
         try:
             result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
-                                     annotate=bool(notes), band=band)
+                                     annotate=bool(notes), band=band, aliases=aliases)
             if bundled:
                 self.name_by_folder(result, float(weight), bool(notes), band)
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
@@ -251,9 +275,11 @@ class CurvesTab:
         if bundled:
             text = self.bundled_text(result) + "\n\nDetails:\n\n" + text
         summary = result.summary[[c for c in SUMMARY_VIEW if c in result.summary.columns]]
+        # No run read (every file refused): no empty table left under the message.
         update.update({self.messages: text,
                        self.summary: gr.update(visible=True,
-                                               value=summary.rename(columns=SUMMARY_VIEW)),
+                                               value=summary.rename(columns=SUMMARY_VIEW))
+                       if result.analyses else hidden,
                        self.labels: [[r.name, r.method] for r in result.runs]})
         if guessed is None:
             update[self.guessed] = {r.name: r.method for r in result.runs}
@@ -293,9 +319,11 @@ class CurvesTab:
         result.panels = build_panels(result.runs, result.analyses, smoothing=weight,
                                      annotate=notes, band=band)
 
-    def uploaded(self, paths, table, weight: float, notes: bool, band: str) -> dict:
+    def uploaded(self, paths, table, weight: float, notes: bool, band: str,
+                 names: str = "") -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
-        return {**self.run(paths, table, weight, notes, band), self.showing_bundled: False}
+        return {**self.run(paths, table, weight, notes, band, names=names),
+                self.showing_bundled: False}
 
     def bundled_text(self, result) -> str:
         """What the bundled runs are and what their likelihood did (the table's figures)."""
@@ -316,16 +344,17 @@ class CurvesTab:
         return {**update, self.files: None, self.showing_bundled: True}
 
     def analyze_clicked(self, paths, table, weight: float, notes: bool, band: str,
-                        bundled: bool, guessed: dict) -> dict:
+                        names: str, bundled: bool, guessed: dict) -> dict:
         """Analyze: the uploads, or the bundled runs when they are what is shown, with the
-        labels the user changed."""
+        labels the user changed and the visitor's own column names."""
         if not paths and bundled:
             return self.run([str(p) for p in self.bundled], table, weight, notes, band,
-                            guessed or {}, bundled=True)
-        return self.run(paths, table, weight, notes, band, guessed or {})
+                            guessed or {}, bundled=True, names=names)
+        return self.run(paths, table, weight, notes, band, guessed or {}, names=names)
 
     def wire(self) -> None:
-        inputs = [self.files, self.labels, self.smoothing, self.annotate, self.seeds]
+        inputs = [self.files, self.labels, self.smoothing, self.annotate, self.seeds,
+                  self.aliases]
         outputs = [self.messages, self.summary, self.labels, self.guessed, *self.plots]
         self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate, self.seeds],
                                [*outputs, self.files, self.showing_bundled],
