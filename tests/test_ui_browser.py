@@ -3,9 +3,11 @@ backend (a test double) behind a backend factory and the real in-process bm25s r
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -289,6 +291,24 @@ def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
     expect(page.locator("#eval-summary")).to_contain_text(str(tmp_path))  # where it went
     assert fits(page.locator("#eval-table"))
     page.screenshot(path=str(ARTIFACTS / "evaluate.png"), full_page=True)
+    # The results download: the sample's records as JSON lines, its table and summary.
+    box = page.locator("#eval-download")
+    expect(box).to_contain_text(re.compile(r"nq-sample-3\s*\.jsonl"))
+    expect(box).to_contain_text(re.compile(r"nq-sample-3-summary\s*\.md"))
+    with page.expect_download() as got:
+        box.locator('a[href$=".jsonl"]').first.click()
+    rows = Path(got.value.path()).read_text(encoding="utf-8").splitlines()
+    assert len(rows) == 3 and all("trajectory" in json.loads(r) for r in rows)
+    # A failed run's message does not stay under the next run.
+    summary = page.locator("#eval-summary")
+    page.locator("#eval-data-dir textarea").fill(str(tmp_path / "nowhere"))
+    page.locator("#eval-button").click()
+    expect(summary).to_contain_text("Could not load", timeout=60_000)
+    expect(box).to_be_hidden()
+    page.locator("#eval-data-dir textarea").fill(str(data))
+    page.locator("#eval-button").click()
+    expect(summary).not_to_contain_text("Could not load", timeout=10_000)
+    expect(summary).to_contain_text("3 questions", timeout=60_000)
 
 
 def fits(block) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from app.ui.context import Studio
-from app.ui.evaluate_tab import evaluate_sample
+from app.ui.evaluate_tab import download_texts, evaluate_sample
 from app.ui.model_pool import ModelPool
 from tests.scripted_backend import ScriptedBackend
 from tests.test_evaluator import FACTS, scripted, write_fixture
@@ -20,12 +20,23 @@ def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_re
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = write_fixture(tmp_path / "data")
     seen = []
-    summary, table = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
-                                     "nq", 3, 0, str(data), 4,
-                                     progress=lambda value, desc: seen.append(value))
+    result = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
+                             "nq", 3, 0, str(data), 4,
+                             progress=lambda value, desc: seen.append((value, desc)))
+    summary, table, records = result
     assert "3 questions" in summary and "EM " in summary
     assert len(table) == 3 and set(table["question"]) <= set(FACTS)
-    assert seen[-1] == (3, 3)
+    # Progress from the start (0 of 3), then each answer; never a bare timer.
+    assert seen[0] == ((0, 3), "0 of 3 questions answered (3 asked at once, so several "
+                                "finish together)")
+    assert seen[-1][0] == (3, 3)
+    files = download_texts("nq", result)
+    assert list(files) == ["nq-sample-3.jsonl", "nq-sample-3.csv", "nq-sample-3-summary.md"]
+    rows = [json.loads(line) for line in files["nq-sample-3.jsonl"].splitlines()]
+    assert {r["id"] for r in rows} == {r.id for r in records} and all(
+        "trajectory" in r and "prediction" in r for r in rows)
+    assert files["nq-sample-3.csv"].splitlines()[0] == "question,prediction,golden,EM,searches,stop"
+    assert files["nq-sample-3-summary.md"].startswith(summary)
     runs = list((tmp_path / "runs").iterdir())
     assert len(runs) == 1
     lines = (runs[0] / "nq.jsonl").read_text().splitlines()
@@ -50,8 +61,8 @@ def test_a_retriever_the_studio_did_not_open_is_recorded_as_such(tmp_path, monke
 
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = write_fixture(tmp_path / "data")
-    summary, table = evaluate_sample(studio_with(scripted(), Wrapped()), "scripted-model",
-                                     "nq", 2, 0, str(data), 4)
+    summary, table, _ = evaluate_sample(studio_with(scripted(), Wrapped()), "scripted-model",
+                                        "nq", 2, 0, str(data), 4)
     assert "2 questions" in summary and len(table) == 2
     (run,) = (tmp_path / "runs").iterdir()
     (entry,) = json.loads((run / "settings.json").read_text())["provenance"]
@@ -90,13 +101,13 @@ def test_results_go_to_the_user_data_directory_and_messages_speak_of_the_tab(
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path / "mine"))
     assert results_root() == tmp_path / "mine" / "runs"
     seen = []
-    summary, _ = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
+    summary, *_ = evaluate_sample(studio_with(scripted(), local_retriever), "scripted-model",
                                  "nq", 3, 0, str(write_fixture(tmp_path / "data")), 4,
                                  progress=lambda value, desc: seen.append(desc))
     assert list(work.iterdir()) == []  # nothing written where the studio was started
     run = next((tmp_path / "mine" / "runs").iterdir())
     assert f"`{run / 'nq.jsonl'}`" in summary
-    assert seen[-1] == "3 of 3 questions asked"  # a count, not a score
+    assert seen[-1].startswith("3 of 3 questions answered (")  # a count, not a score
     studio = studio_with(ScriptedBackend(["<answer> x </answer>"]), local_retriever)
     missing = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "nowhere"), 4)[0]
     assert "Local benchmark directory" in missing and "--data-dir" not in missing

@@ -11,11 +11,13 @@ size reuses it (answered questions are not asked again), never adds one.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
@@ -25,6 +27,7 @@ from agent.loop import AgentSettings
 from agent.models import is_nano
 from app.ui import inputs
 from app.ui.context import Studio
+from app.ui.exports import remove_exports, write_files
 from app.ui.transcript import escape
 from evaluator.benchmarks import BENCHMARK_NAMES, LOCAL_BENCHMARKS, DataError, load_with_warnings
 from evaluator.provenance import session_entry
@@ -44,10 +47,12 @@ DATASET_CHOICES = (*BENCHMARK_NAMES, *LOCAL_BENCHMARKS)
 MAX_SAMPLE = 500
 MAX_SEED = 2**31 - 1
 MAX_TURNS = 8
+BATCH = 8  # questions asked at once (the evaluator's batched path)
 log = logging.getLogger(__name__)
 
 
 NO_RUN_YET = "_No run yet: pick a model and a benchmark, then press Evaluate._"
+RUNNING = "_Running…_"
 # The table's columns: the question wraps in its share, the short ones stay whole.
 TABLE_WIDTHS = ["34%", "20%", "22%", "6%", "8%", "10%"]
 UI_DATA_HELP = (
@@ -110,9 +115,15 @@ def incomplete_note(records, stopped: str | None) -> str | None:
             "resume them (answered questions are kept).")
 
 
+class SampleResult(NamedTuple):
+    summary: str  # Markdown
+    table: pd.DataFrame  # a row a question
+    records: list = []  # the evaluator's records of the sample, for the download
+
+
 def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed: int,
-                    data_dir: str, max_turns: int, progress=None) -> tuple[str, pd.DataFrame]:
-    """Run the evaluator on `sample` questions; (summary markdown, per-question table).
+                    data_dir: str, max_turns: int, progress=None) -> SampleResult:
+    """Run the evaluator on `sample` questions; the summary, a table and the records.
 
     Wrong-typed or out-of-range values raise `inputs.InputError` naming the field.
     """
@@ -126,19 +137,19 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
         raise inputs.InputError(f"Benchmark: {dataset[:40]!r} is not one of "
                                 f"{', '.join(DATASET_CHOICES)}.")
     if not model:
-        return "Pick a model first.", pd.DataFrame()
+        return SampleResult("Pick a model first.", pd.DataFrame())
     problem = studio.access.data_dir_problem(data_dir)
     if problem:
-        return f"**Not allowed.** {problem}", pd.DataFrame()
+        return SampleResult(f"**Not allowed.** {problem}", pd.DataFrame())
     try:
         questions, notes = load_with_warnings(dataset, data_dir or None, None,
                                               sample=sample, seed=seed)
     except DataError as err:
-        return _data_problem(studio, dataset, err), pd.DataFrame()
+        return SampleResult(_data_problem(studio, dataset, err), pd.DataFrame())
     try:
         backend = studio.pool.get(model)
     except ModelLoadError as err:
-        return f"**Could not load the model.** {err}", pd.DataFrame()
+        return SampleResult(f"**Could not load the model.** {err}", pd.DataFrame())
     settings = AgentSettings(max_turns=max_turns)
     run_dir = run_dir_for(model, dataset, max_turns)
     try:  # seed and sample pick questions; the answers don't depend on them
@@ -146,26 +157,28 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
                                                    limit=None, sample=None,
                                                    datasets=[dataset]))
     except RunMismatch as err:
-        return f"**Could not use the run directory.** {err}", pd.DataFrame()
+        return SampleResult(f"**Could not use the run directory.** {err}", pd.DataFrame())
     try:  # what a report needs to say how these answers were made, as the CLI records it
         entry = session_entry(model, getattr(backend, "name", "transformers"), backend,
                               studio.retriever, [dataset], data_dir=data_dir or None)
     except (OSError, ValueError, RuntimeError, ImportError) as err:
-        return f"**Could not open the retriever.** {err}", pd.DataFrame()
+        return SampleResult(f"**Could not open the retriever.** {err}", pd.DataFrame())
     apply_run_dir(with_provenance(plan, entry))
     path = run_dir / f"{dataset}.jsonl"
     if not studio.pool.hold(model):
-        return "The model is busy.", pd.DataFrame()
+        return SampleResult("The model is busy.", pd.DataFrame())
     stopped = None
     wanted = {q.id for q in questions}
     try:
         done = len(wanted & {r.id for r in _records(run_dir, dataset)
                              if not errored(r)})
-        for _ in evaluate(questions, backend, studio.retriever, settings, path, batch_size=8):
+        if progress is not None:  # at once: no "processing | 19.2/2.5s" before the first
+            progress((done, len(questions)), desc=asked(done, len(questions)))
+        for _ in evaluate(questions, backend, studio.retriever, settings, path,
+                          batch_size=BATCH):
             done += 1
             if progress is not None:
-                progress((done, len(questions)),
-                         desc=f"{done} of {len(questions)} questions asked")
+                progress((done, len(questions)), desc=asked(done, len(questions)))
     except RunStopped as err:  # too many errors in a row (the retriever is down, say)
         stopped = str(err)
     except Exception as err:  # the run stops; what finished is kept
@@ -186,7 +199,22 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
     table = pd.DataFrame([{"question": r.question, "prediction": r.prediction,
                            "golden": "; ".join(r.golden_answers), "EM": r.metrics["em"],
                            "searches": r.searches, "stop": r.stop_reason} for r in records])
-    return "\n\n".join(lines), table
+    return SampleResult("\n\n".join(lines), table, records)
+
+
+def asked(done: int, total: int) -> str:
+    """The progress line: answered so far, and why they come in bursts."""
+    return (f"{done} of {total} questions answered ({min(BATCH, total)} asked at once, so "
+            "several finish together)")
+
+
+def download_texts(dataset: str, result: SampleResult) -> dict[str, str]:
+    """The sample's results as files: every record (JSON lines, as the evaluator writes
+    them: prediction, trajectory, documents), the table (CSV) and the summary (Markdown)."""
+    stem = f"{dataset}-sample-{len(result.records)}"
+    return {f"{stem}.jsonl": "".join(json.dumps(r.to_dict()) + "\n" for r in result.records),
+            f"{stem}.csv": result.table.to_csv(index=False),
+            f"{stem}-summary.md": result.summary + "\n"}
 
 
 def scores_line(records) -> str:
@@ -233,20 +261,32 @@ class EvaluateTab:
         # Hidden until there are results (an empty table shows placeholder headers).
         self.table = gr.Dataframe(wrap=True, visible=False, interactive=False,
                                   column_widths=TABLE_WIDTHS, elem_id="eval-table")
+        self.download = gr.File(label="Download the results (JSON lines, summary)",
+                                file_count="multiple", interactive=False, visible=False,
+                                elem_id="eval-download")
 
     def run(self, model, dataset, sample, seed, data_dir, max_turns,
-            progress=gr.Progress()) -> dict:  # noqa: B008 (gradio injects the tracker)
+            progress=gr.Progress()):  # noqa: B008 (gradio injects the tracker)
+        """Clear the last run's result, run the sample, then show its result and files."""
+        hidden = gr.update(visible=False, value=None)
+        yield {self.summary: RUNNING, self.table: hidden, self.download: hidden}
         try:
-            summary, table = evaluate_sample(self.studio, model, dataset, sample, seed,
-                                             data_dir, max_turns, progress)
+            result = evaluate_sample(self.studio, model, dataset, sample, seed, data_dir,
+                                     max_turns, progress)
         except inputs.InputError as err:
             raise gr.Error(str(err)) from None
-        return {self.summary: summary,
-                self.table: gr.update(value=table, visible=not table.empty)}
+        files = write_files(download_texts(dataset, result)) if result.records else []
+        try:
+            yield {self.summary: result.summary,
+                   self.table: gr.update(value=result.table, visible=not result.table.empty),
+                   self.download: gr.update(value=files, visible=bool(files))}
+        finally:  # Gradio has copied them into its cache by now
+            remove_exports(files)
 
     def wire(self) -> None:
         self.start.click(self.run, [self.model, self.dataset, self.sample, self.seed,
-                                    self.data_dir, self.max_turns], [self.summary, self.table],
+                                    self.data_dir, self.max_turns],
+                         [self.summary, self.table, self.download],
                          api_name="evaluate", concurrency_limit=1)
 
 

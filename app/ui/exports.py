@@ -94,19 +94,25 @@ def trace_markdown(question: str, model: str, events: Iterable[Event | ModelStat
     return "\n".join(out)
 
 
+def write_files(texts: dict[str, str]) -> list[str]:
+    """Each name -> text as a file in a new temporary folder (for a download box; the
+    handler removes the folder with `remove_exports` once Gradio has copied the files)."""
+    folder = Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
+    for name, text in texts.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return [str(folder / name) for name in texts]
+
+
 def write_exports(question: str, model: str, events: Iterable[Event | ModelStatus],
                   settings: AgentSettings) -> list[str]:
     """The trace as `trace-<time>.jsonl` and `trace-<time>.md` in a new temporary folder."""
     events = list(events)
-    folder = Path(tempfile.mkdtemp(prefix=EXPORT_PREFIX))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     summary = settings_summary(settings)
-    jsonl = folder / f"trace-{stamp}.jsonl"
-    jsonl.write_text(trace_jsonl(events, {"question": question, "model": model,
-                                          "settings": summary}), encoding="utf-8")
-    markdown = folder / f"trace-{stamp}.md"
-    markdown.write_text(trace_markdown(question, model, events, summary), encoding="utf-8")
-    return [str(jsonl), str(markdown)]
+    return write_files({
+        f"trace-{stamp}.jsonl": trace_jsonl(events, {"question": question, "model": model,
+                                                     "settings": summary}),
+        f"trace-{stamp}.md": trace_markdown(question, model, events, summary)})
 
 
 def remove_exports(paths: Iterable[str]) -> None:
