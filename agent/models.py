@@ -263,5 +263,5 @@ def check_loadable(model: str) -> None:
         raise ModelLoadError(
                 f"{model} is not in the local Hugging Face cache and {why}. "
                 "Download it where there is internet "
-                f"(`hf download {model}`) and copy the cache, or pass --model "
-                "/path/to/a/local/copy.")
+                f"(`hf download {model}`) and copy the cache, or give the folder of a "
+                "local copy instead of the hub id.")

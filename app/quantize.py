@@ -109,8 +109,8 @@ def locate(model: str, progress: Progress = _silent) -> Path:
 
         progress(f"fetching {model} (the Hugging Face cache, else a download from the Hub)")
         return Path(snapshot_download(model, allow_patterns=WEIGHT_PATTERNS))
-    except ModelLoadError as err:  # its advice names the front ends' flag: here, MODEL
-        raise ConversionError(str(err).replace("--model ", "MODEL as ")) from err
+    except ModelLoadError as err:  # its advice (a local copy instead of the hub id) fits here
+        raise ConversionError(str(err)) from err
 
 
 def read_config(directory: Path) -> dict:

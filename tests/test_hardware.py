@@ -120,7 +120,12 @@ def test_the_pool_drops_the_least_recently_used_idle_model_to_make_room():
     assert pool.held() == Capacity("cpu").need(LLDS_3B).memory
     pool.get(LLDS_R_3B)  # 13.8 + 13.8 GB > 20 GB: the first goes
     assert not pool.is_loaded(LLDS_3B) and pool.is_loaded(LLDS_R_3B)
-    assert pool.status(LLDS_3B) == ("not loaded", "")
+    assert pool.status(LLDS_3B) == ("unloaded", "")
+    # Its status says why, and that it will load again (not "loads on first question").
+    from app.ui.model_pool import status_markdown
+
+    assert "unloaded to make room for another model; loads again on its next question" in \
+        status_markdown(pool, LLDS_3B)
     pool.get("nano")  # small: both stay
     assert pool.is_loaded(LLDS_R_3B) and pool.is_loaded("nano")
     assert calls == [LLDS_3B, LLDS_R_3B, "nano"]

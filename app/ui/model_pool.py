@@ -104,7 +104,7 @@ class _Slot:
     load_lock: threading.Lock
     busy: threading.Semaphore
     backend: Backend | None = None
-    state: str = "not loaded"  # not loaded, loading, ready, failed
+    state: str = "not loaded"  # not loaded, loading, ready, failed, unloaded (made room)
     detail: str = ""
     last_used: float = 0.0
     memory: int = 0  # bytes the loaded model takes, by estimate (0: not measured)
@@ -191,7 +191,7 @@ class ModelPool:
             slot = self._slots[model]
             if slot.busy.acquire(blocking=False):  # only idle models are dropped
                 try:
-                    slot.backend, slot.state = None, "not loaded"
+                    slot.backend, slot.state = None, "unloaded"
                 finally:
                     slot.busy.release()
 
@@ -240,7 +240,7 @@ class ModelPool:
                                      f"{fit.reason}{in_use}. Pick a smaller model.")
             for other in fit.evict:
                 slot = self._slots[other]
-                slot.backend, slot.state, slot.memory = None, "not loaded", 0
+                slot.backend, slot.state, slot.memory = None, "unloaded", 0
             if fit.evict:
                 release_memory()
         finally:
@@ -280,6 +280,9 @@ def status_markdown(pool: ModelPool, model: str) -> str:
         return f"**{name}**: loading… {detail}".rstrip()
     if state == "failed":
         return f"**{name}**: could not be loaded. {detail}"
+    if state == "unloaded":  # dropped to make room for another (Compare's two, say)
+        return f"**{name}**: unloaded to make room for another model; loads again on its " \
+               "next question."
     return f"**{name}**: loads on first question."
 
 
