@@ -117,7 +117,12 @@ class RunAnalysis:
     best_reward: float | None = None
     best_reward_step: int | None = None
     final_reward: float | None = None
-    reward_collapse_step: int | None = None
+    reward_collapse_step: int | None = None  # the reward-only rule (reward_collapse)
+    # The page's one collapse: the studio's rule (curves.collapse_rule: reward and validation
+    # both under half, held to the end) where the log has a validation score at its first
+    # step, else the reward-only rule; `collapse_rule` says which.
+    collapse_step: int | None = None
+    collapse_rule: str | None = None
     grad_spikes: list[int] = field(default_factory=list)
     phase_series: dict[str, str] = field(default_factory=dict)  # "II"/"III" -> where from
     notes: list[str] = field(default_factory=list)
@@ -313,7 +318,7 @@ def detect_phases(values: pd.Series, rule: PhaseRule) -> tuple[list[Piece], int 
             accel = max(_refine_onset(x, y, pieces, k, rule), decay)
             break
     notes = [] if accel is not None else [
-        "no accelerated collapse (phase III) found after the steady decay"
+        "no accelerated decay (phase III) found after the steady decay"
     ]
     return pieces, decay, accel, notes
 
@@ -477,12 +482,36 @@ def analyse_run(run: TrainingRun, rule: PhaseRule | None = None) -> RunAnalysis:
             result.reward_collapse_step, note = reward_collapse(reward, rule)
             if note:
                 result.notes.append(note)
+            _collapse(result, table, reward_key, keys)
     grad_key = keys.get("grad_norm")
     if grad_key is not None:
         result.grad_spikes = grad_spikes(table[grad_key], rule)
         if result.likelihood_key is None and result.accel_onset is None:
             _phase_three_from_spikes(result, grad_key)
     return result
+
+
+VALIDATED_RULE = "reward and validation both under half, held"
+REWARD_ONLY_RULE = "reward-only rule (no validation at the log's start)"
+
+
+def _collapse(result: RunAnalysis, table: pd.DataFrame, reward_key: str,
+              keys: dict[str, str]) -> None:
+    """The run's one collapse step: the studio's rule where it can be read, else the
+    reward-only rule's call."""
+    from curves.collapse_rule import collapse_step
+
+    val_key = next((raw for found, raw in keys.items() if found.startswith("val:")), None)
+    first = table.index.min() if len(table) else None
+    if val_key is not None and first is not None and pd.notna(table.at[first, val_key]):
+        rows = [{"step": int(step), **({"r": float(r)} if pd.notna(r) else {}),
+                 **({"val/test_score/v": float(v)} if pd.notna(v) else {})}
+                for step, r, v in zip(table.index, table[reward_key], table[val_key],
+                                      strict=True)]
+        result.collapse_step, result.collapse_rule = collapse_step(rows, "r")[0], VALIDATED_RULE
+    else:
+        result.collapse_step, result.collapse_rule = result.reward_collapse_step, \
+            REWARD_ONLY_RULE
 
 
 def phase_sources(analysis: RunAnalysis) -> str:
@@ -493,8 +522,8 @@ def phase_sources(analysis: RunAnalysis) -> str:
 SUMMARY_COLUMNS = [
     "run", "method", "steps", "step range", "best reward (smoothed)", "best reward step",
     "final reward (last 5 mean)", "likelihood peak step", "likelihood change peak→end",
-    "steady decay onset (II)", "accelerated collapse onset (III)", "first grad-norm spike",
-    "reward collapse step", "reward collapsed", "phases from", "notes",
+    "steady decay onset (II)", "accelerated decay onset (III)", "first grad-norm spike",
+    "collapse step", "collapsed", "collapse rule", "phases from", "notes",
 ]
 
 
@@ -514,11 +543,12 @@ def summary_table(analyses: list[RunAnalysis]) -> pd.DataFrame:
             "likelihood peak step": a.peak_step,
             "likelihood change peak→end": _round(change),
             "steady decay onset (II)": a.decay_onset,
-            "accelerated collapse onset (III)": a.accel_onset,
+            "accelerated decay onset (III)": a.accel_onset,
             "first grad-norm spike": a.grad_spikes[0] if a.grad_spikes else None,
-            "reward collapse step": a.reward_collapse_step,
-            "reward collapsed": ("yes" if a.reward_collapse_step is not None
+            "collapse step": a.collapse_step,
+            "collapsed": ("yes" if a.collapse_step is not None
                           else "no" if a.reward_key else "unknown"),
+            "collapse rule": a.collapse_rule,
             "phases from": phase_sources(a),
             "notes": "; ".join(a.notes),
         })
@@ -530,8 +560,8 @@ def summary_table(analyses: list[RunAnalysis]) -> pd.DataFrame:
 
 
 _STEP_COLUMNS = ("steps", "best reward step", "likelihood peak step", "steady decay onset (II)",
-                 "accelerated collapse onset (III)", "first grad-norm spike",
-                 "reward collapse step")
+                 "accelerated decay onset (III)", "first grad-norm spike",
+                 "collapse step")
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:

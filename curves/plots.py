@@ -53,7 +53,7 @@ LABEL_FONT_PX = 10
 LABEL_CHAR_PX = 5.5  # measured 4.5 in Chromium's fallback for plotly's font; a margin more
 LABEL_ROW_PX = 16
 LABEL_PLOT_PX = 520
-PHASE_KEY = "II = steady likelihood decay, III = accelerated collapse"
+PHASE_KEY = "II = steady likelihood decay, III = accelerated decay"
 PLOT_PX = 250  # the plotting area's height, whatever sits above or under it
 TITLE_PX = 62  # the title and subtitle above the labels
 LEGEND_ROW_PX = 22
@@ -254,7 +254,8 @@ def place_marks(marks: Sequence[Mark],
     return annotations, len(rows)
 
 
-_PHASE_NAMES = {"II": "steady decay of the likelihood", "III": "accelerated collapse"}
+_PHASE_NAMES = {"II": "steady decay of the likelihood",
+                "III": "accelerated decay of the likelihood"}
 
 
 def _phase_marks(analyses: Sequence[RunAnalysis],
@@ -373,13 +374,13 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
         shapes, labels = [], []
         for run in used:
             a = by_run.get(run.name)
-            if a and a.reward_collapse_step is not None:
+            if a and a.collapse_step is not None:
                 colour = colours[run.name]
-                step = a.reward_collapse_step
+                step = a.collapse_step
                 shapes.append(_vline(step, colour, dash="dash", width=2))
-                labels.append(Mark(step, f"{run.name}: reward collapse @ {step}",
-                                   f"{run.name}: the smoothed reward stays far below its best "
-                                   f"from step {step} on", colour))
+                labels.append(Mark(step, f"{run.name}: collapse @ {step}",
+                                   f"{run.name}: collapsed at step {step} ({a.collapse_rule})",
+                                   colour))
         return [], shapes, labels
 
     def spike_marks(used: list[TrainingRun]):

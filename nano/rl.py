@@ -18,8 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from curves.collapse_rule import fall_held
 from nano import anchors, checkpoint
-from nano.collapse_rule import fall_held
 from nano.llds import GATES, LossConfig, entropy
 from nano.options import check_bounds, option
 from nano.rollout import RolloutOptions
@@ -73,7 +73,7 @@ class RLConfig(RolloutOptions):
     anchor_every: int = option(5, "steps between measures of anchor/logp")
     anchors: str = option("", "an anchors.jsonl to use instead of sampling a set (copied "
                               "into OUT)")
-    stop_after_fall: int = option(0, "stop once the collapse rule (nano/collapse_rule.py) "
+    stop_after_fall: int = option(0, "stop once the collapse rule (curves/collapse_rule.py) "
                                      "has held this many steps (OUT/stopped.json says "
                                      "where); 0: always run --steps")
 
@@ -521,7 +521,7 @@ def train(config: RLConfig, command: str = "") -> Path:
         if fell_at is not None:
             (out / "stopped.json").write_text(json.dumps(
                 {"step": step, "collapse_at": fell_at, "held_steps": step - fell_at,
-                 "rule": "nano/collapse_rule.py, --stop-after-fall "
+                 "rule": "curves/collapse_rule.py, --stop-after-fall "
                          f"{config.stop_after_fall}"}) + "\n", encoding="utf-8")
             tqdm.write(f"stopped at step {step}: collapsed at step {fell_at} by the collapse "
                        f"rule, held {step - fell_at} steps")

@@ -84,7 +84,7 @@ def test_steady_decay_without_acceleration():
     series = pd.Series(values + rng.normal(0, 0.005, 200), index=steps)
     _, decay, accel, notes = detect_phases(series, PhaseRule())
     assert abs(decay - 80) <= 8 and accel is None
-    assert any("no accelerated collapse" in note for note in notes)
+    assert any("no accelerated decay" in note for note in notes)
 
 
 def test_decline_that_recovers_is_not_claimed():
@@ -168,7 +168,7 @@ def test_missing_metrics_are_reported_not_guessed():
     joined = " ".join(a.notes)
     assert LIK in joined and "critic/score/mean" in joined
     row = summary_table([a]).iloc[0]
-    assert row["reward collapsed"] == "unknown" and pd.isna(row["steady decay onset (II)"])
+    assert row["collapsed"] == "unknown" and pd.isna(row["steady decay onset (II)"])
 
 
 def test_summary_table_rows():
@@ -176,13 +176,13 @@ def test_summary_table_rows():
     table = summary_table(analyses)
     assert list(table["run"]) == ["synthetic-grpo-0", "synthetic-llds-0"]
     assert list(table["method"]) == ["GRPO", "LLDS"]
-    assert list(table["reward collapsed"]) == ["yes", "no"]
+    assert list(table["collapsed"]) == ["yes", "no"]
     grpo, llds = table.iloc[0], table.iloc[1]
     assert grpo["steps"] == 200 and grpo["step range"] == "1-200"
     assert grpo["final reward (last 5 mean)"] < 0.1 < grpo["best reward (smoothed)"]
     assert 100 <= grpo["best reward step"] <= 165
     assert grpo["first grad-norm spike"] >= 150
-    assert pd.isna(llds["reward collapse step"])
+    assert pd.isna(llds["collapse step"])
     assert table["steady decay onset (II)"].dtype == "Int64"
 
 
@@ -218,3 +218,23 @@ def test_phases_come_from_the_anchor_set_when_it_has_enough_points():
     result = analyse_run(TrainingRun(name="r", table=sparse, source="x", source_format="jsonl"))
     assert result.likelihood_key == "actor/pos_avg_old_log_prob"
     assert result.decay_onset is None  # the flat, noisy fork key declines nowhere
+
+
+def test_one_collapse_rule_and_number_per_run_on_the_page():
+    """A log with validation at its start is judged by the studio's rule (the one the
+    experiments pre-registered): the Summary, the plot's mark and the experiment's own
+    verdict give one step; a log without validation says it used the reward-only rule."""
+    from curves import analyze_uploads
+    from nano.experiments.collapse import read_run
+
+    run = ROOT / "assets" / "nano-runs" / "collapse" / "grpo-lr3e-4-seed0"
+    result = analyze_uploads([str(run / "metrics.jsonl")])
+    row = result.summary.iloc[0]
+    assert row["collapse step"] == read_run(run).collapse_at == 49
+    assert row["collapse rule"] == "reward and validation both under half, held"
+    labels = [a.text for p in result.panels for a in p.figure.layout.annotations]
+    assert any(t.endswith(": collapse @ 49") for t in labels), labels
+    assert not any("reward collapse @" in t for t in labels)
+    analysis = analyse_run(_run("grpo"))
+    assert analysis.collapse_rule.startswith("reward-only rule")
+    assert analysis.collapse_step == analysis.reward_collapse_step

@@ -50,7 +50,7 @@ def test_bad_file_becomes_a_message_and_others_are_kept(result):
     (error,) = result.errors
     assert error.source == "broken.bin" and "binary" in error.text
     assert list(result.summary["method"]) == ["GRPO", "LLDS"]
-    assert list(result.summary["reward collapsed"]) == ["yes", "no"]
+    assert list(result.summary["collapsed"]) == ["yes", "no"]
 
 
 def test_likelihood_figure_overlays_both_runs_with_phases(result):

@@ -604,7 +604,7 @@ def test_stop_after_fall_ends_a_real_run_where_the_collapse_rule_has_held(micro_
 
 
 def test_the_stopping_rule_needs_the_fall_held_to_the_last_row():
-    from nano.collapse_rule import fall_held
+    from curves.collapse_rule import fall_held
 
     rows = _fallen_history(9)
     assert fall_held(rows, 1) == 8 and fall_held(rows, 2) is None

@@ -72,7 +72,9 @@ LIKELIHOOD_INTRO = (
     "group's average):")
 PHASE_RULE_NOTE = (
     "On the plots, a label such as \"II @ 100\" marks where a run's steady likelihood "
-    "decay (phase II) starts, \"III\" an accelerated collapse; hover a label for more. The "
+    "decay (phase II) starts, \"III\" its accelerated decay, \"collapse\" the step the run "
+    "collapsed (reward and validation both under half their start, held); hover a label "
+    "for more. The "
     "rule is strict (a straight-line decline over at least {segment} logged points, far "
     "beyond the noise): a shorter or noisier fall reads \"no decline met the phase-II "
     "rule\" in the table.")
@@ -87,8 +89,8 @@ SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
                 "likelihood change peak→end": "likelihood change peak→end",
                 "steady decay onset (II)": "decay onset (II)",
-                "accelerated collapse onset (III)": "collapse onset (III)",
-                "reward collapsed": "reward collapsed", "notes": "notes"}
+                "accelerated decay onset (III)": "accelerated decay (III)",
+                "collapse step": "collapse step", "notes": "notes"}
 # Each column at least as wide as its longest word (headers in 14 px Studio Sans bold:
 # "likelihood" 62 px; cells in 14 px Studio Mono, 8.4 px a character: "-0.3672", the
 # "tolerance-" of a run name) plus 16 px of padding, in pixels so a narrow window cannot

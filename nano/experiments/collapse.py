@@ -8,7 +8,7 @@ assets/nano-runs/collapse. Prints a table a run, the test, the survival table, t
 the anchor line and the curves tool gave, and the reproduction check against the sweep's
 3e-4 run (by default RUNS_ROOT/../sweep/grpo-lr3e-4-seed0).
 
-The rule, as pre-registered (its code: nano/collapse_rule.py). R5(s): the mean of
+The rule, as pre-registered (its code: curves/collapse_rule.py). R5(s): the mean of
 `critic/score/mean` over steps s-4 … s; P(s): the highest R5 up to s; V(s): the latest
 validation score at or before s. A run collapses at step t if at every step s from t to
 its last step R5(s) < P(s) / 2 and V(s) < V(0) / 2, with t at least HOLD steps before the
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nano.collapse_rule import REWARD, collapse_step, reward_means, series, validation
+from curves.collapse_rule import REWARD, collapse_step, reward_means, series, validation
 from nano.experiments.main_verdict import FALL, phase_two, read_rows, run_label
 
 END = 80  # the pre-registered length: a run is judged once it gets here

@@ -12,7 +12,7 @@ as 2 x 2 tables. `--power` prints the power calculation from the exploratory run
 
 H1 (the mechanism): the anchor change, the mean of `anchor/logp` over the measures at steps
 20-30 minus its step-0 value, is higher under LLDS-A; Mann-Whitney, one-sided, exact.
-H2 (the collapse): LLDS-A collapses (nano/collapse_rule.py) in fewer runs; Fisher's exact
+H2 (the collapse): LLDS-A collapses (curves/collapse_rule.py) in fewer runs; Fisher's exact
 test, one-sided. Both at alpha 0.05 with Holm's correction over the two.
 """
 
@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from nano.collapse_rule import collapse_step, series, validation
+from curves.collapse_rule import collapse_step, series, validation
 from nano.experiments.collapse import ANCHOR, SURVIVAL_AT, anchor_warning, fisher_one_sided
 from nano.experiments.main_verdict import phase_two, read_rows, run_label
 

@@ -1,5 +1,7 @@
-"""The collapse rule of the nano experiments (issue 40's, pre-registered), as pure functions
-over a run's metric rows (dicts with `step`, `critic/score/mean`, `val/test_score/<set>`).
+"""The studio's one collapse rule (issue 40's, pre-registered), as pure functions over a
+run's metric rows (dicts with `step`, the reward `critic/score/mean` or another key, and
+`val/test_score/<set>`). The curves tool applies it to any log with a reward and a
+validation score at step 0; the nano trainer stops by it; the experiments judge by it.
 
 R5(s): the mean of `critic/score/mean` over steps s-4 … s; P(s): the highest R5 up to s;
 V(s): the latest validation score at or before s. At step s a run is *fallen* when
@@ -31,16 +33,16 @@ def validation(rows: list[dict]) -> dict[int, float]:
             if k.startswith(VAL_PREFIX)}
 
 
-def reward_means(rows: list[dict]) -> dict[int, float]:
+def reward_means(rows: list[dict], reward: str = REWARD) -> dict[int, float]:
     """R5(s) for every step s with WINDOW reward values ending at s."""
-    score = series(rows, REWARD)
+    score = series(rows, reward)
     return {s: sum(score[u] for u in range(s - WINDOW + 1, s + 1)) / WINDOW
             for s in sorted(score) if all(u in score for u in range(s - WINDOW + 1, s + 1))}
 
 
-def fallen_steps(rows: list[dict]) -> list[int]:
+def fallen_steps(rows: list[dict], reward: str = REWARD) -> list[int]:
     """The steps s at which both conditions hold: R5(s) < P(s)/2 and V(s) < V(0)/2."""
-    means, val = reward_means(rows), validation(rows)
+    means, val = reward_means(rows, reward), validation(rows)
     if 0 not in val:
         return []
     peak, fallen = -math.inf, []
@@ -63,10 +65,11 @@ def runs_of(steps: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def collapse_step(rows: list[dict]) -> tuple[int | None, list[tuple[int, int]]]:
+def collapse_step(rows: list[dict], reward: str = REWARD
+                  ) -> tuple[int | None, list[tuple[int, int]]]:
     """(the collapse step or None, the transient falls as (first, last) step)."""
     last = max(int(r["step"]) for r in rows)
-    spans = runs_of(fallen_steps(rows))
+    spans = runs_of(fallen_steps(rows, reward))
     collapse = None
     if spans and spans[-1][1] == last and last - spans[-1][0] >= HOLD:
         collapse = spans[-1][0]
