@@ -57,13 +57,15 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
                     smoothing: float = 0.6, annotate: bool = True, *,
                     metrics: Sequence[str] = (), rule: PhaseRule | None = None,
                     band: str | None = None,
-                    aliases: dict[str, str] | None = None) -> AnalysisResult:
+                    aliases: dict[str, str] | None = None,
+                    marked: Sequence[str] | None = None) -> AnalysisResult:
     """Read every file or log folder, analyse every run, build the figures and the summary.
 
     labels: run name -> "GRPO" | "LLDS", overriding the guess from the name.
     metrics: extra raw keys to plot, one panel each.
     band: "minmax" or "se" draws runs that differ only by seed as a mean with that band.
     aliases: raw column -> recognised key (curves.runs.column_aliases), a visitor's names.
+    marked: the runs whose phases and collapse are marked on the plots (None: every run).
     """
     rule = rule or PhaseRule()
     messages: list[Message] = []
@@ -105,6 +107,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
         messages.append(Message("warning", f"metric {key!r} is in none of the runs"))
     try:
         panels = build_panels(runs, analyses, smoothing=smoothing, annotate=annotate,
+                              marked=marked,
                               extra_metrics=[m for m in metrics if m not in missing], band=band)
     except Exception as exc:
         messages.append(Message("error", f"plotting failed ({type(exc).__name__}: {exc})"))

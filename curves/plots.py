@@ -11,8 +11,8 @@ most MAX_POINTS real points are drawn.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -293,11 +293,14 @@ def _rounded_subtitle(runs: Sequence[TrainingRun], extra: str = "") -> str:
 
 def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                  smoothing: float = 0.6, annotate: bool = True,
-                 extra_metrics: Sequence[str] = (), band: str | None = None) -> list[Panel]:
+                 extra_metrics: Sequence[str] = (), band: str | None = None,
+                 marked: Collection[str] | None = None) -> list[Panel]:
     """Figures for the canonical series present in any run, then the user-picked raw keys.
 
     band: None draws every run; "minmax" or "se" (`curves.seeds.BANDS`) draws each group of
     runs that differ only by seed as its mean with that band, and the other runs as they are.
+    marked: the runs whose phases, collapse and spikes are marked (None: every run); with
+    many runs overlaid, one run's marks can be read, twenty runs' cannot.
     """
     if not runs:
         return []
@@ -349,17 +352,26 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
         phase_labels: list[Mark] = []
         labels: list[Mark] = []
         if annotate:
+            chosen = [r for r in used if marked is None or r.name in marked]
             if shade:
                 shapes, phase_labels = _phase_marks(
-                    [by_run[r.name] for r in used if r.name in by_run], colours)
+                    [by_run[r.name] for r in chosen if r.name in by_run], colours)
             if marks is not None:
-                more_traces, more_shapes, labels = marks(used)
+                more_traces, more_shapes, labels = marks(chosen)
                 traces.extend(more_traces)
                 shapes += more_shapes
-        annotations, rows = place_marks(phase_labels + labels, x_range)
+        all_marks = phase_labels + labels
+        key = PHASE_KEY if phase_labels else ""
+        if marked is not None and len(marked) == 1 and all_marks:
+            # One run marked: its name once, in the subtitle, not on every label (at 390 px
+            # "collapse/grpo-lr3e-4-seed0: II @ 0" and its "III @ 30" printed over each other).
+            (name,) = marked
+            all_marks = [replace(m, text=m.text.removeprefix(f"{name}: ")) for m in all_marks]
+            key = "; ".join(p for p in (f"marks: {name}", key) if p)
+        annotations, rows = place_marks(all_marks, x_range)
         legend = [t.name for t in traces if t.showlegend is not False and t.name]
         # The labels are short ("II @ 100"): the subtitle says what the numerals mean.
-        subtitle = _rounded_subtitle(used, PHASE_KEY if phase_labels else "")
+        subtitle = _rounded_subtitle(used, key)
         layout = _layout(title, subtitle, x_range, log_y=log_y, label_rows=rows,
                          legend_px=_legend_px(legend))
         if annotate:

@@ -14,7 +14,7 @@ import pytest
 from agent.backends.base import ModelLoadError
 from agent.testing import free_port
 from retriever.doc import Doc
-from tests.browser import ARTIFACTS, require_chromium
+from tests.browser import ARTIFACTS, open_details, require_chromium
 from tests.scripted_backend import ScriptedBackend
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -334,21 +334,24 @@ def test_bundled_runs_button_plots_them_with_no_error(page):
     expect(summary).to_be_hidden()  # no empty table with placeholder headers before a run
     page.locator("#curves-bundled").click()
     messages = page.locator("#curves-messages")
-    expect(messages).to_contain_text("likelihood highest", timeout=60_000)
+    expect(messages).to_contain_text("What they show", timeout=60_000)
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
-    expect(summary).to_contain_text("main-grpo-seed0")  # each run named by its folder
+    # each run named by its folder; the collapse regime is the experiment shown first
+    expect(summary).to_contain_text("collapse/grpo-lr3e-4-seed0")
     assert fits(summary)
     page.wait_for_timeout(1500)  # the file box's own events, which used to fail, have run
     no_error_badge(page)
-    assert "set by the user" not in messages.inner_text()
+    details = open_details(page)
+    assert "likelihood highest" in details and "set by the user" not in details
     # Every panel with a note has its plot (none cut off by the number of plot slots).
-    notes = messages.inner_text().count("Validation scores")
+    notes = details.count("Validation scores")
     plots = page.locator(".js-plotly-plot").count()
     assert plots >= 10 and (notes == 0 or plots >= 11)
     page.locator("#curves-analyze").click()  # Analyze again: still no label "set by the user"
     page.wait_for_timeout(3000)
-    expect(messages).to_contain_text("likelihood highest", timeout=60_000)
-    assert "set by the user" not in messages.inner_text()
+    expect(page.locator("#curves-details")).to_contain_text("likelihood highest",
+                                                            timeout=60_000)
+    assert "set by the user" not in open_details(page)
     no_error_badge(page)
     page.screenshot(path=str(ARTIFACTS / "curves-bundled.png"), full_page=True)
     # The bundled runs hold several seeds a method: drawn as a mean with a band by default;

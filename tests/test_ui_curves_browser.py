@@ -15,8 +15,8 @@ import pytest
 
 from agent.backends.base import ModelLoadError
 from agent.testing import free_port
-from app.ui.curves_tab import BUNDLED_RUNS, bundled_logs
-from tests.browser import ARTIFACTS, require_chromium
+from app.ui.curves_tab import BUNDLED_RUNS, bundled_groups, bundled_logs
+from tests.browser import ARTIFACTS, open_details, open_tab, require_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -45,19 +45,20 @@ def app_url():
     demo.close()
 
 
-@pytest.fixture(scope="module", params=[1400, 1000], ids=lambda width: f"{width}px")
+@pytest.fixture(scope="module", params=[1400, 1000, 390], ids=lambda width: f"{width}px")
 def bundled(request, browser, app_url):
-    """The tab after "Try the bundled runs", at one viewport width (plotted once a width:
-    every test below only reads the page)."""
+    """The tab after "Show the bundled runs" (the collapse regime, the picker's first
+    experiment), at one viewport width (plotted once a width: every test below only reads
+    the page)."""
     from playwright.sync_api import expect
 
     width = request.param
     context = browser.new_context(viewport={"width": width, "height": 1100})
     page = context.new_page()
     page.goto(app_url)
-    page.get_by_role("tab", name="Training curves").click()
+    open_tab(page, "Training curves")
     page.locator("#curves-bundled").click()
-    expect(page.locator("#curves-messages")).to_contain_text("likelihood highest",
+    expect(page.locator("#curves-messages")).to_contain_text("What they show",
                                                              timeout=120_000)
     expect(page.locator("#curves-summary")).to_contain_text("GRPO", timeout=60_000)
     plots = page.locator(".js-plotly-plot")
@@ -161,20 +162,25 @@ def first_column_scrolled(page, table: str) -> set[str]:
 
 
 def test_each_bundled_run_has_one_name_its_folder(bundled):
-    # A run's folder under assets/nano-runs: `main-grpo-seed0`, `sweep/grpo-lr3e-4-seed0`.
-    folders = {log.parent.relative_to(BUNDLED_RUNS).as_posix() for log in bundled_logs()}
+    # A run's folder under assets/nano-runs: `collapse/grpo-lr3e-4-seed0`; the experiment
+    # shown first is the collapse regime.
+    first = next(iter(bundled_groups().values()))
+    folders = {log.parent.relative_to(BUNDLED_RUNS).as_posix() for log in first}
+    assert folders and all(f.startswith("collapse/") for f in folders)
     # Both tables draw the rows in view only: read the names from each table's first
     # column, scrolled through as a visitor scrolls.
     assert first_column_scrolled(bundled, "#curves-labels") == folders
     assert first_column_scrolled(bundled, "#curves-summary") == folders
     summary = bundled.locator("#curves-summary").inner_text()
     messages = bundled.locator("#curves-messages").inner_text()
+    details = open_details(bundled)
     logged = re.compile(r"nano-(grpo|llds)")  # the names the logs give their runs
-    assert not logged.search(summary) and not logged.search(messages.split("Details:")[0])
-    made_with = messages.split("Made with", 1)[1]
+    assert not logged.search(summary) and not logged.search(messages)
+    assert not logged.search(details.split("Made with")[0])
+    made_with = details.split("Made with", 1)[1]
     for folder in folders:
         assert folder in made_with
     names = " ".join(bundled.locator(".js-plotly-plot").first.evaluate(
         "p => [...p.querySelectorAll('.legendtext, .annotation')].map(e => e.textContent)"))
     assert not logged.search(names)
-    assert re.search(r"main-grpo", names)
+    assert re.search(r"collapse/grpo-lr3e-4", names)

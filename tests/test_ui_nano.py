@@ -198,43 +198,59 @@ def test_bundled_runs_plot_overlaid_and_say_what_they_are(tmp_path, monkeypatch,
     try:
         assert component(demo, "curves-bundled")["props"]["visible"] is True
         client = Client(f"http://127.0.0.1:{port}/", verbose=False)
-        messages, summary, labels, first_plot, *_ = client.predict(
-            0.6, True, "minmax", api_name="/curves_bundled")
+        # The picker holds one entry an experiment with logs, the collapse regime first.
+        picker = component(demo, "curves-group")["props"]
+        groups = [c[0] for c in picker["choices"]]
+        assert groups == [g for g, _ in curves_tab.BUNDLED_GROUPS
+                          if g.startswith(("Collapse", "Learning", "Main"))]
+        assert picker["value"] == groups[0]
+        main = groups[-1]
+        messages, details, summary, labels, marked, first_plot, *_ = client.predict(
+            main, 0.6, True, "minmax", api_name="/curves_bundled")
+        # Results first, in plain words; the details (each run, the settings) folded below.
+        assert messages.startswith("**What they show.** " + curves_tab.MAIN_RUNS_FINDINGS)
         assert "made by this project on a CPU" in messages
-        assert messages.count("not the paper's runs") == 1
-        assert "**What they show.** " + curves_tab.MAIN_RUNS_FINDINGS in messages
-        assert "- `grpo`: grpo, seed 0" in messages  # from its command.txt
-        assert str(tmp_path) not in messages  # no path of the machine that made them
-        for run in names:  # each run's likelihood, as measured, under its folder's name
+        assert messages.count("not the paper's") == 1
+        assert "- `grpo`: grpo, seed 0" in details  # from its command.txt
+        assert str(tmp_path) not in messages + details  # no path of the machine
+        shown = ["grpo", "llds-a"]  # the main group: the top-level run folders
+        for run in shown:  # each run's likelihood, as measured, under its folder's name
             assert re.search(rf"`{run}` \(\w+, own samples\): likelihood highest at (the "
                              r"last step|step \d+, then [0-9.]+ (lower|higher) by step)",
-                             messages)
+                             details)
         # One name a run everywhere: its folder, not the name its log gives it.
         logged = re.compile(r"nano-(grpo|llds)")
-        assert not logged.search(messages) and not logged.search(json.dumps(summary))
-        assert [row[0] for row in summary["value"]["data"]] == names
-        assert "(set by the user)" not in messages
+        assert not logged.search(messages + details) and not logged.search(json.dumps(summary))
+        assert [row[0] for row in summary["value"]["data"]] == shown
+        assert "(set by the user)" not in messages + details
         methods = {row[0]: row[1] for row in labels["data"]}
-        assert methods == {"collapse/llds-a-lr3e-4-seed0": "LLDS",
-                           "sweep/grpo-lr3e-4-seed0": "GRPO", "grpo": "GRPO",
-                           "llds-a": "LLDS"}
+        assert methods == {"grpo": "GRPO", "llds-a": "LLDS"}
+        assert marked["value"] == "every run"  # two runs: every run's marks are drawn
         assert first_plot["visible"] is True
         figure = json.loads(first_plot["value"]["plot"])
         traces = " ".join(str(trace.get("name", "")) for trace in figure["data"])
-        assert all(run in traces for run in names)  # overlaid in one panel
+        assert all(run in traces for run in shown)  # overlaid in one panel
         assert not logged.search(traces)
+        # The other experiments, picked: their own runs and findings.
+        messages, details, summary, *_ = client.predict(groups[0], 0.6, True, "minmax",
+                                                        api_name="/curves_bundled")
+        assert [row[0] for row in summary["value"]["data"]] == [names[0]]
+        messages, *_ = client.predict(groups[1], 0.6, True, "minmax",
+                                      api_name="/curves_bundled")
+        assert messages.startswith("**What they show.** " + curves_tab.SWEEP_FINDINGS)
         # Relabel and Analyze again: the bundled runs are re-plotted with the new label.
-        messages, summary, labels, *_ = client.predict(
+        client.predict(main, 0.6, True, "minmax", api_name="/curves_bundled")
+        messages, details, summary, labels, *_ = client.predict(
             None, {"headers": ["run", "method"],
                    "data": [[name, "LLDS" if name == "grpo" else methods[name]]
-                            for name in names]},
-            0.6, True, "minmax", api_name="/curves")
+                            for name in shown]},
+            0.6, True, "minmax", "", "every run", main, api_name="/curves")
         assert {row[0]: row[1] for row in labels["data"]}["grpo"] == "LLDS"
         assert {row[0]: row[1] for row in summary["value"]["data"]}["grpo"] == "LLDS"
         assert "made by this project" in messages
         # Only the label the user changed reads as set by the user.
-        assert messages.count("set by the user") == 1
-        assert "grpo: LLDS (set by the user)" in messages
+        assert details.count("set by the user") == 1
+        assert "grpo: LLDS (set by the user)" in details
     finally:
         demo.close()
 

@@ -25,17 +25,25 @@ BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
 # log is skipped): the collapse experiment's runs, as many as have been copied in so far,
 # then the lr sweep's 3e-4 run (the collapse that started it), then the main lr 3e-5 runs.
 BUNDLED_ORDER = ("collapse/*", "sweep/grpo-lr3e-4-seed0", "*")
+# The bundled runs by experiment, the picker's entries in its order (label, globs under
+# BUNDLED_RUNS): the collapse regime first; an experiment with no log yet is left out.
+BUNDLED_GROUPS = (
+    ("Collapse regime: GRPO vs LLDS-A at lr 3e-4, seeds 0-4", ("collapse/*",)),
+    ("Confirmation at lr 5e-4, seeds 101-110 (pre-registered; as runs finish)",
+     ("confirm/runs/*",)),
+    ("Confirmation's pilot pair at lr 5e-4, seed 100", ("confirm/pilot/*",)),
+    ("Learning-rate sweep: GRPO at lr 3e-4, seed 0", ("sweep/grpo-lr3e-4-seed0",)),
+    ("Main runs at lr 3e-5: GRPO, LLDS-A and a gate control, seeds 0-2", ("*",)),
+)
+EVERY_RUN = "every run"
+BUNDLED_LABEL = "Bundled runs"  # the one group of a tab given its logs (tests)
+MARK_ALL_UP_TO = 4  # runs: up to this many overlaid, each run's marks are drawn
 BUNDLED_NOTE = (
-    "**The bundled runs** are short training runs of the nano search agent (this studio's "
-    "default model, 4M parameters) made by this project on a CPU, with plain GRPO and with "
-    "GRPO plus the LLDS term (LLDS-A): not the paper's runs (3B-7B models on GPUs), so not "
-    "comparable with its numbers. First the collapse experiment at a high learning rate "
-    "(`collapse/`, lr 3e-4, five seeds a method), then the learning-rate sweep's "
-    "GRPO run at lr 3e-4 (`sweep/grpo-lr3e-4-seed0`), then the main runs at lr 3e-5 "
-    "(`main-*`, three seeds a method). Each run is named by its folder in "
-    "`assets/nano-runs/`; runs that differ only by seed are drawn as their mean with a band "
-    "(\"each run\" shows every seed). `assets/nano-runs/README.md` has the pre-registered "
-    "criteria and what came out.")
+    "These are short runs of the nano search agent (this studio's default model, 4M "
+    "parameters) made by this project on a CPU, plain GRPO against GRPO with the LLDS term "
+    "(LLDS-A): not the paper's 3B-7B runs, so not comparable with its numbers. Runs that "
+    "differ only by seed are drawn as their mean with a band; each run is named by its "
+    "folder in `assets/nano-runs/`, whose README has the pre-registrations and results.")
 # What the bundled runs show, in two sentences. The collapse runs' sentence is computed from
 # their shipped logs by the experiment's own rule (nano.experiments.collapse.findings), so it
 # follows the runs as they come in; the lr 3e-5 runs are finished and read as below
@@ -58,6 +66,46 @@ def bundled_findings(root: Path | None = None) -> str:
     """The two sentences: the collapse experiment as its logs stand, then the lr 3e-5 runs."""
     collapse = collapse_findings((root or BUNDLED_RUNS) / "collapse")
     return " ".join(p for p in (collapse, MAIN_RUNS_FINDINGS) if p)
+
+
+SWEEP_FINDINGS = (
+    "One GRPO run at lr 3e-4 (seed 0, 50 steps): the likelihood of the starting model's "
+    "right answers fell from step ~10 while the reward rose, then the run collapsed "
+    "(validation 0 of 48 at step 50). It is what started the collapse experiment.")
+
+
+def confirmation_findings(runs_dir: Path) -> str:
+    """Where the confirmation stands, from its shipped logs (the verdict waits for all)."""
+    from nano.experiments.confirm import read_runs
+
+    readings = [r for r in read_runs(runs_dir) if r.judged]
+    if not readings:
+        return ""
+    counts = {m: [r for r in readings if r.method == m] for m in ("GRPO", "LLDS-A")}
+    said = ", ".join(f"{m} collapsed in {sum(r.collapsed for r in runs)} of {len(runs)}"
+                     for m, runs in counts.items() if runs)
+    return (f"{len(readings)} of its runs have ended so far: {said}. The pre-registered "
+            "verdict waits for all of them.")
+
+
+def group_findings(label: str, root: Path | None = None) -> str:
+    """What one bundled experiment shows, in a sentence or two, read from its logs where it
+    is still running or has a verdict to compute."""
+    root = root or BUNDLED_RUNS
+    globs = dict(BUNDLED_GROUPS)[label]
+    if globs == ("collapse/*",):
+        return collapse_findings(root / "collapse")
+    if globs[0].startswith("confirm/"):
+        return confirmation_findings(root / globs[0].split("/*")[0])
+    if globs[0].startswith("sweep/"):
+        return SWEEP_FINDINGS
+    return MAIN_RUNS_FINDINGS
+
+
+def bundled_groups(root: Path | None = None) -> dict[str, list[Path]]:
+    """Each experiment's logs (`bundled_logs` of its globs), those with any, in order."""
+    groups = {label: bundled_logs(root, globs) for label, globs in BUNDLED_GROUPS}
+    return {label: logs for label, logs in groups.items() if logs}
 
 
 LIKELIHOOD_SOURCES = {
@@ -89,7 +137,7 @@ SUMMARY_VIEW = {"run": "run", "method": "method", "steps": "logged steps",
                 "likelihood peak step": "likelihood peak step",
                 "likelihood change peak→end": "likelihood change peak→end",
                 "steady decay onset (II)": "decay onset (II)",
-                "accelerated decay onset (III)": "accelerated decay (III)",
+                "accelerated decay onset (III)": "fast decay (III)",
                 "collapse step": "collapse step", "notes": "notes"}
 # Each column at least as wide as its longest word (headers in 14 px Studio Sans bold:
 # "likelihood" 62 px; cells in 14 px Studio Mono, 8.4 px a character: "-0.3672", the
@@ -165,6 +213,15 @@ def likelihood_line(analysis) -> str:
             f"{analysis.last_step}.")
 
 
+def collapse_words(analysis) -> str:
+    """The run's one collapse call, appended to its likelihood line."""
+    if analysis.collapse_step is not None:
+        return f" Collapsed at step {analysis.collapse_step} ({analysis.collapse_rule})."
+    if analysis.collapse_rule is not None:
+        return " Did not collapse."
+    return ""
+
+
 def label_rows(table) -> dict[str, str]:
     """The method-label table (a DataFrame or a list of rows) as run name -> method."""
     rows = table.values.tolist() if hasattr(table, "values") else (table or [])
@@ -178,18 +235,24 @@ class CurvesTab:
     def __init__(self, bundled: list[Path] | None = None):
         from curves.runs import known_names
 
-        self.bundled = bundle = bundled_logs() if bundled is None else bundled
+        self.groups = bundled_groups() if bundled is None else {BUNDLED_LABEL: bundled}
+        self.bundled = [log for logs in self.groups.values() for log in logs]
         gr.Markdown("Upload training logs (verl console logs, TRL's trainer_state.json, "
                     "W&B CSV exports, JSON lines or a CSV with a step column, TensorBoard "
                     "event files; several at once) to see whether likelihood displacement "
                     "set in: the likelihood of the model's good responses falling while "
                     "training goes on. Each run's method (GRPO or LLDS) is guessed from its "
                     "name; correct it in the table and press Analyze."
-                    + (" Or try the small GRPO and LLDS runs this studio ships." if bundle else ""))
+                    + (" Or look at the small GRPO and LLDS runs this studio ships."
+                       if self.bundled else ""))
         with gr.Accordion("Which column names are read", open=False):
             gr.Markdown(NAMES_READ + known_names() + ".")
-        self.try_bundled = gr.Button("Try the bundled runs", visible=bool(bundle),
-                                     elem_id="curves-bundled")
+        with gr.Row(visible=bool(self.bundled)):
+            self.group = gr.Dropdown(list(self.groups), value=next(iter(self.groups), None),
+                                     label="Bundled experiment", scale=3,
+                                     elem_id="curves-group")
+            self.try_bundled = gr.Button("Show the bundled runs", visible=bool(self.bundled),
+                                         scale=1, elem_id="curves-bundled")
         self.showing_bundled = gr.State(False)  # Analyze re-plots them after a relabel
         self.guessed = gr.State({})  # run -> the method guessed from its name
         # Bundled run name -> the name its log gives it, the name `analyze_uploads` knows it
@@ -207,6 +270,10 @@ class CurvesTab:
                                            column_widths=["72%", "28%"],
                                            label="Method labels (GRPO or LLDS)",
                                            elem_id="curves-labels")
+                self.marked = gr.Dropdown([EVERY_RUN], value=EVERY_RUN,
+                                          label="Mark phases and collapse of",
+                                          info="one run's marks read well; hover the lines "
+                                               "for the others", elem_id="curves-marked")
                 self.smoothing = gr.Slider(0.0, 0.99, value=0.6, step=0.01,
                                            label="Smoothing (EMA)")
                 self.annotate = gr.Checkbox(True, label="Annotate phases")
@@ -219,28 +286,36 @@ class CurvesTab:
                                           elem_id="curves-aliases")
                 self.analyze = gr.Button("Analyze", variant="primary",
                                          elem_id="curves-analyze")
+        # Results first, in plain words; what each run did and how, folded below them.
         self.messages = gr.Markdown("", elem_id="curves-messages")
+        # No block label: the figure has its title, which the label box sat on top of.
+        self.plots = [gr.Plot(visible=False, show_label=False) for _ in range(PLOT_SLOTS)]
         # Hidden until there is a result (an empty table shows placeholder headers).
         self.summary = gr.Dataframe(label="Summary", interactive=False, wrap=True,
                                     visible=False, elem_id="curves-summary",
                                     column_widths=SUMMARY_WIDTHS)
-        # No block label: the figure has its title, which the label box sat on top of.
-        self.plots = [gr.Plot(visible=False, show_label=False) for _ in range(PLOT_SLOTS)]
+        with gr.Accordion("Details: each run, the rules, what was read", open=False,
+                          elem_id="curves-details-box"):
+            self.details = gr.Markdown("", elem_id="curves-details")
 
     def run(self, paths, table, weight: float, notes: bool, band: str = "minmax",
-            guessed: dict | None = None, bundled: bool = False, names: str = "") -> dict:
+            guessed: dict | None = None, bundled: bool = False, names: str = "",
+            marked: str = EVERY_RUN, group: str | None = None) -> dict:
         """Analyse the files; `guessed` (run -> method guessed before) is None for new files,
         whose methods are guessed afresh: only a label the user changed is passed on.
-        `names`: the visitor's own column names ("reward=my_score")."""
+        `names`: the visitor's own column names ("reward=my_score"); `marked`: the run whose
+        phases and collapse are marked (EVERY_RUN, or a run's name); `group`: the bundled
+        experiment shown."""
         from curves import analyze_uploads
         from curves.runs import column_aliases
 
         paths = [p if isinstance(p, str) else getattr(p, "name", str(p))
                  for p in (paths or [])]
         update = {plot: gr.update(visible=False, value=None) for plot in self.plots}
+        hidden = gr.update(visible=False, value=None)
         if not paths:
             return {**update, self.messages: "Upload one or more training logs.",
-                    self.summary: gr.update(visible=False, value=None), self.labels: [],
+                    self.details: "", self.summary: hidden, self.labels: [],
                     self.guessed: {}}
         changed = None
         if guessed is not None:
@@ -250,44 +325,61 @@ class CurvesTab:
             changed = {self.logged_names.get(run, run): method
                        for run, method in changed.items()}
         band = None if band in (None, "none") else band
-        hidden = gr.update(visible=False, value=None)
         try:
             aliases = column_aliases(names or "")
         except ValueError as err:
             return {**update, self.messages: f"**Your own column names:** {escape(str(err))}",
-                    self.summary: hidden, self.labels: table}
+                    self.details: "", self.summary: hidden, self.labels: table}
+        chosen = None if marked in (None, "", EVERY_RUN) else [marked]
         try:
             result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
-                                     annotate=bool(notes), band=band, aliases=aliases)
+                                     annotate=bool(notes), band=band, aliases=aliases,
+                                     marked=chosen)
             if bundled:
-                self.name_by_folder(result, float(weight), bool(notes), band)
+                self.name_by_folder(result, float(weight), bool(notes), band, chosen)
         except Exception as err:  # analyze_uploads should not raise; stay up if it does
             return {**update, self.messages: f"**Could not analyse the files:** "
                                              f"{escape(str(err))}",
-                    self.summary: gr.update(visible=False, value=None), self.labels: table}
+                    self.details: "", self.summary: hidden, self.labels: table}
+        names_now = [r.name for r in result.runs]
+        if marked not in names_now:  # new runs: many overlaid mark one, a few mark all
+            marked = names_now[0] if len(names_now) > MARK_ALL_UP_TO else EVERY_RUN
+            if marked != EVERY_RUN:
+                from curves.plots import build_panels
+
+                result.panels = build_panels(result.runs, result.analyses,
+                                             smoothing=float(weight), annotate=bool(notes),
+                                             band=band, marked=[marked])
         shown = result.panels[:PLOT_SLOTS]
-        lines = [f"- **{m.level}**: {escape(str(m.source) + ': ' if m.source else '')}"
-                 f"{escape(m.text)}" for m in result.messages]
-        lines += [f"- _{escape(p.title)}_: {escape(p.note)}" for p in shown if p.note]
+        problems = [f"- **{m.level}**: {escape(str(m.source) + ': ' if m.source else '')}"
+                    f"{escape(m.text)}" for m in result.messages if m.level != "info"]
+        info = [f"- {escape(str(m.source) + ': ' if m.source else '')}{escape(m.text)}"
+                for m in result.messages if m.level == "info"]
+        info += [f"- _{escape(p.title)}_: {escape(p.note)}" for p in shown if p.note]
         if len(result.panels) > len(shown):
-            lines.append(f"- {len(result.panels) - len(shown)} more panels are not shown.")
+            problems.append(f"- {len(result.panels) - len(shown)} more panels are not shown.")
         for plot, panel in zip(self.plots, shown, strict=False):
             update[plot] = gr.update(visible=True, value=panel.figure, label=panel.title)
-        text = "\n".join(lines) or "Done."
         if bundled:
-            text = self.bundled_text(result) + "\n\nDetails:\n\n" + text
+            text, details = self.bundled_text(result, group)
+        else:
+            text, details = self.uploads_text(result), ""
+        text = "\n\n".join(p for p in (text, "\n".join(problems)) if p) or "Done."
+        details = "\n\n".join(p for p in (details, "\n".join(info)) if p)
         summary = result.summary[[c for c in SUMMARY_VIEW if c in result.summary.columns]]
         # No run read (every file refused): no empty table left under the message.
-        update.update({self.messages: text,
+        update.update({self.messages: text, self.details: details,
                        self.summary: gr.update(visible=True,
                                                value=summary.rename(columns=SUMMARY_VIEW))
                        if result.analyses else hidden,
-                       self.labels: [[r.name, r.method] for r in result.runs]})
+                       self.labels: [[r.name, r.method] for r in result.runs],
+                       self.marked: gr.update(choices=[EVERY_RUN, *names_now], value=marked)})
         if guessed is None:
             update[self.guessed] = {r.name: r.method for r in result.runs}
         return update
 
-    def name_by_folder(self, result, weight: float, notes: bool, band: str | None) -> None:
+    def name_by_folder(self, result, weight: float, notes: bool, band: str | None,
+                       marked: list[str] | None = None) -> None:
         """Name each bundled run by its folder (`bundled_name`) in the result's runs, table,
         messages and figures, which are drawn again under the new names."""
         from curves.analysis import summary_table
@@ -319,53 +411,79 @@ class CurvesTab:
             message.text = rename_in(message.text, in_text)
         result.summary = summary_table(result.analyses)
         result.panels = build_panels(result.runs, result.analyses, smoothing=weight,
-                                     annotate=notes, band=band)
+                                     annotate=notes, band=band, marked=marked)
 
     def uploaded(self, paths, table, weight: float, notes: bool, band: str,
-                 names: str = "") -> dict:
+                 names: str = "", marked: str = EVERY_RUN) -> dict:
         """New files: analyse them with the methods guessed afresh (old labels dropped)."""
-        return {**self.run(paths, table, weight, notes, band, names=names),
+        return {**self.run(paths, table, weight, notes, band, names=names, marked=marked),
                 self.showing_bundled: False}
 
-    def bundled_text(self, result) -> str:
-        """What the bundled runs are and what their likelihood did (the table's figures)."""
-        settings = [f"- `{escape(bundled_name(log))}`: {escape(found)}"
-                    for log in self.bundled if (found := run_settings(log))]
-        parts = [BUNDLED_NOTE, "**What they show.** " + bundled_findings(),
-                 LIKELIHOOD_INTRO.format(min_steps=result.rule.min_steps) + "\n\n"
-                 + "\n".join(likelihood_line(a) for a in result.analyses),
-                 PHASE_RULE_NOTE.format(segment=result.rule.min_segment),
-                 "Made with `python -m nano rl`:\n\n" + "\n".join(settings)
-                 if settings else ""]
-        return "\n\n".join(p for p in parts if p)
+    @staticmethod
+    def uploads_text(result) -> str:
+        """Uploaded runs, results first: what each one's likelihood and reward did."""
+        if not result.analyses:
+            return ""
+        return "**What the runs show.**\n\n" + "\n".join(
+            likelihood_line(a) + collapse_words(a) for a in result.analyses)
 
-    def load_bundled(self, weight: float, notes: bool, band: str) -> dict:
-        """Plot the bundled runs (GRPO and LLDS overlaid), saying what they are."""
-        update = self.run([str(p) for p in self.bundled], [], weight, notes, band,
-                          bundled=True)
+    def bundled_text(self, result, group: str | None) -> tuple[str, str]:
+        """What the shown experiment found (first), what the runs are; then, folded, what
+        each run's likelihood did, the rules and the settings each run was made with."""
+        logs = self.groups.get(group or "", self.bundled)
+        settings = [f"- `{escape(bundled_name(log))}`: {escape(found)}"
+                    for log in logs if (found := run_settings(log))]
+        found = group_findings(group) if group in dict(BUNDLED_GROUPS) else bundled_findings()
+        text = "\n\n".join(p for p in ("**What they show.** " + found, BUNDLED_NOTE) if p)
+        details = [LIKELIHOOD_INTRO.format(min_steps=result.rule.min_steps) + "\n\n"
+                   + "\n".join(likelihood_line(a) + collapse_words(a)
+                               for a in result.analyses),
+                   PHASE_RULE_NOTE.format(segment=result.rule.min_segment),
+                   "Made with `python -m nano rl`:\n\n" + "\n".join(settings)
+                   if settings else ""]
+        return text, "\n\n".join(p for p in details if p)
+
+    def load_bundled(self, group: str, weight: float, notes: bool, band: str,
+                     marked: str = EVERY_RUN) -> dict:
+        """Plot one bundled experiment (GRPO and LLDS overlaid), saying what it found."""
+        logs = self.groups.get(group, self.bundled)
+        update = self.run([str(p) for p in logs], [], weight, notes, band, bundled=True,
+                          marked=marked, group=group)
         return {**update, self.files: None, self.showing_bundled: True}
 
     def analyze_clicked(self, paths, table, weight: float, notes: bool, band: str,
-                        names: str, bundled: bool, guessed: dict) -> dict:
+                        names: str, marked: str, bundled: bool, guessed: dict,
+                        group: str | None = None) -> dict:
         """Analyze: the uploads, or the bundled runs when they are what is shown, with the
-        labels the user changed and the visitor's own column names."""
+        labels the user changed, the visitor's own column names and the marked run."""
         if not paths and bundled:
-            return self.run([str(p) for p in self.bundled], table, weight, notes, band,
-                            guessed or {}, bundled=True, names=names)
-        return self.run(paths, table, weight, notes, band, guessed or {}, names=names)
+            logs = self.groups.get(group or "", self.bundled)
+            return self.run([str(p) for p in logs], table, weight, notes, band,
+                            guessed or {}, bundled=True, names=names, marked=marked,
+                            group=group)
+        return self.run(paths, table, weight, notes, band, guessed or {}, names=names,
+                        marked=marked)
 
     def wire(self) -> None:
         inputs = [self.files, self.labels, self.smoothing, self.annotate, self.seeds,
-                  self.aliases]
-        outputs = [self.messages, self.summary, self.labels, self.guessed, *self.plots]
-        self.try_bundled.click(self.load_bundled, [self.smoothing, self.annotate, self.seeds],
+                  self.aliases, self.marked]
+        outputs = [self.messages, self.details, self.summary, self.labels, self.guessed,
+                   self.marked, *self.plots]
+        bundled_inputs = [self.group, self.smoothing, self.annotate, self.seeds]
+        self.try_bundled.click(self.load_bundled, bundled_inputs,
                                [*outputs, self.files, self.showing_bundled],
                                api_name="curves_bundled")
-        # upload, not change: "Try the bundled runs" empties the box, which is no upload.
+        # A new experiment picked: shown at once, with its own default marks.
+        self.group.input(self.load_bundled, bundled_inputs,
+                         [*outputs, self.files, self.showing_bundled],
+                         api_visibility="private")
+        # upload, not change: "Show the bundled runs" empties the box, which is no upload.
         self.files.upload(self.uploaded, inputs, [*outputs, self.showing_bundled],
                           api_visibility="private")
-        self.analyze.click(self.analyze_clicked, [*inputs, self.showing_bundled,
-                                                  self.guessed], outputs, api_name="curves")
+        analyze_inputs = [*inputs, self.showing_bundled, self.guessed, self.group]
+        self.analyze.click(self.analyze_clicked, analyze_inputs, outputs, api_name="curves")
+        self.marked.input(self.analyze_clicked, analyze_inputs, outputs,
+                          api_visibility="private")
 
 
 def mount(studio: Studio) -> None:
