@@ -139,7 +139,7 @@ def test_exposed_studio_through_the_api(tmp_path, local_retriever, monkeypatch):
         with pytest.raises(Exception, match="not in the list of choices"):
             client.predict("Who directed 2001?", str(tmp_path), *ASK_DEFAULTS,
                            api_name="/ask")
-        summary, _ = client.predict("test/llds", "nq", 3, 0, str(data), 4,
+        summary, *_ = client.predict("test/llds", "nq", 3, 0, str(data), 4,
                                     api_name="/evaluate")
         assert "reads no directories" in summary and not (tmp_path / "runs").exists()
         chat, *_ = client.predict("Who directed 2001?", "test/llds", *ASK_DEFAULTS,
@@ -160,10 +160,10 @@ def test_data_errors_shown_to_visitors_of_an_exposed_studio_quote_no_record(
 
     studio = studio_with(scripted(), local_retriever,
                          Access(exposed=True, open=True))  # paths allowed, still exposed
-    summary, _ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
+    summary, *_ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
     assert "Could not load nq" in summary and "s3cr3t" not in summary
     studio.access = Access()  # on loopback the operator sees the whole message
-    summary, _ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
+    summary, *_ = evaluate_sample(studio, "m", "nq", 3, 0, str(tmp_path / "data"), 4)
     assert "Could not load nq" in summary and "question" in summary
 
 
@@ -176,7 +176,7 @@ def test_seeds_are_bounded_integers_and_share_one_run_directory(tmp_path, monkey
     data = str(write_fixture(tmp_path / "data", n_copies=3))
     studio = studio_with(scripted(), local_retriever)
     for seed in (1, 2, 3):
-        summary, table = evaluate_sample(studio, "scripted-model", "nq", 3, seed, data, 4)
+        summary, table, _ = evaluate_sample(studio, "scripted-model", "nq", 3, seed, data, 4)
         assert "3 of 3 questions scored" in summary and len(table) == 3
     assert [p.name for p in (tmp_path / "runs").iterdir()] == [
         run_dir_for("scripted-model", "nq", 4).name]
@@ -208,12 +208,12 @@ def test_an_incomplete_run_says_so_and_that_rerunning_resumes(tmp_path, monkeypa
     monkeypatch.setenv("LLDS_DATA_DIR", str(tmp_path))
     data = str(write_fixture(tmp_path / "data"))
     studio = studio_with(scripted(), _DownRetriever())
-    summary, table = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
+    summary, table, _ = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
     assert "Incomplete" in summary and "4 of 4 questions ended in an error" in summary
     assert "refused the connection" in summary and "resume" in summary
     assert "0 of 4 questions scored" in summary
     studio.retriever = local_retriever  # the server is back: the same button resumes
-    summary, _ = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
+    summary, *_ = evaluate_sample(studio, "scripted-model", "nq", 4, 0, data, 4)
     assert "Incomplete" not in summary and "4 of 4 questions scored" in summary
 
 
