@@ -36,11 +36,20 @@ def ask(page, out: Path) -> None:
 def curves(page, out: Path) -> None:
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Training curves").click()
+    page.locator("#ask-button").wait_for()
+    tab = page.get_by_role("tab", name="Training curves")
+    if tab.is_visible():
+        tab.click()
+    else:  # a narrow window folds it into the "More tabs" menu
+        page.get_by_role("button", name="More tabs").click()
+        page.locator(".overflow-dropdown button", has_text="Training curves").click()
     page.locator("#curves-bundled").click()
     expect(page.locator("#curves-summary")).to_be_visible(timeout=WAIT_MS)
-    page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(out))
+    # The reward panel: GRPO's collapse beside LLDS-A, with the marked run's phases.
+    reward = page.locator(".js-plotly-plot").filter(has_text="Reward").first
+    reward.scroll_into_view_if_needed()
+    page.wait_for_timeout(1500)  # plotly lays its labels out after the first paint
+    reward.screenshot(path=str(out))
 
 
 def main(argv: list[str] | None = None) -> int:
