@@ -87,7 +87,8 @@ def as_gguf(info: ModelInfo, kind: str) -> ModelInfo:
     """The registry entry of `info`'s checkpoint as a GGUF of type `kind`."""
     what = {"q4_k_m": "4-bit", "q8_0": "8-bit", "f16": "16-bit", "f32": "32-bit"}[kind]
     return ModelInfo(
-        id=gguf_id(info.id, kind), label=f"{info.label} · {kind} GGUF, llama.cpp on CPU",
+        # Short: the pickers cut a long label ("…q4_k_m GG"); the description says the rest.
+        id=gguf_id(info.id, kind), label=f"{info.label} · CPU {kind}",
         method=info.method, base=info.base, size=info.size, parameters=info.parameters,
         path=info.path, quantized=kind,
         description=(f"{info.description} Here quantized to {what} ({kind}) and run by "

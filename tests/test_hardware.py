@@ -217,7 +217,7 @@ def test_the_3b_checkpoints_are_listed_as_q4_k_m_ggufs_too():
     assert split_gguf("owner/name:latest") == ("owner/name:latest", None)  # not a GGUF type
     assert is_gguf("nano:f16") and is_gguf("/models/x/model.gguf") and not is_gguf(LLDS_3B)
     info = lookup("nano:q8_0")  # any registry id, listed or not
-    assert info.quantized == "q8_0" and info.label.endswith("q8_0 GGUF, llama.cpp on CPU")
+    assert info.quantized == "q8_0" and info.label.endswith(" · CPU q8_0")
     assert resolve("nano:q8_0") == "nano:q8_0"  # the loader converts it, not a directory
     # Beside a GGUF, Compare's other model is the 3B GRPO baseline as a GGUF of that type.
     assert default_pair(gguf_id(LLDS_3B)) == (f"{GRPO_3B}:q4_k_m", f"{LLDS_3B}:q4_k_m")
@@ -250,7 +250,8 @@ def test_on_a_cpu_the_pickers_offer_the_ggufs_and_a_gpu_machine_does_not(monkeyp
     studio = Studio(pool=pool, retriever=None, default_model="nano")
     monkeypatch.setattr(context, "has_gpu", lambda: False)
     labels = dict((value, name) for name, value in studio.model_choices())
-    assert labels[f"{LLDS_3B}:q4_k_m"] == f"{lookup(LLDS_3B).label} · q4_k_m GGUF, llama.cpp on CPU"
+    assert labels[f"{LLDS_3B}:q4_k_m"] == f"{lookup(LLDS_3B).label} · CPU q4_k_m"
+    assert "run by llama.cpp on the CPU" in lookup(f"{LLDS_3B}:q4_k_m").description
     monkeypatch.setattr(context, "has_gpu", lambda: True)
     assert f"{LLDS_3B}:q4_k_m" not in {value for _, value in studio.model_choices()}
 
