@@ -184,3 +184,23 @@ def test_each_bundled_run_has_one_name_its_folder(bundled):
         "p => [...p.querySelectorAll('.legendtext, .annotation')].map(e => e.textContent)"))
     assert not logged.search(names)
     assert re.search(r"collapse/grpo-lr3e-4", names)
+
+
+def test_one_collapse_step_per_run_on_the_page(bundled):
+    """collapse/grpo-lr3e-4-seed0 collapsed at step 49 by the pre-registered rule: the
+    sentence, the Summary and the reward plot's mark say 49, and nothing says a second
+    'collapse' step for it (the plot once said 'reward collapse @ 46', the Summary
+    'collapse onset (III) 30')."""
+    messages = bundled.locator("#curves-messages").inner_text()
+    assert "at steps 49, 50" in messages
+    summary = bundled.locator("#curves-summary")
+    headers = [h.strip() for h in summary.locator("[role=columnheader]").all_inner_texts()]
+    row = summary.locator("[role=row]", has_text="collapse/grpo-lr3e-4-seed0").first
+    cells = [c.strip() for c in row.locator("[role=gridcell]").all_inner_texts()]
+    assert cells[headers.index("collapse step")] == "49", (headers, cells)
+    labels = " ".join(bundled.locator(".js-plotly-plot").evaluate_all(
+        "plots => plots.flatMap(p => [...p.querySelectorAll('.annotation')]"
+        ".map(e => e.textContent))"))
+    assert "collapse @ 49" in labels and "reward collapse" not in labels
+    assert not re.search(r"collapse @ (?!49\b)\d+", labels)
+    assert "collapse onset" not in " ".join(headers)
