@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -118,7 +119,7 @@ def incomplete_note(records, stopped: str | None) -> str | None:
 class SampleResult(NamedTuple):
     summary: str  # Markdown
     table: pd.DataFrame  # a row a question
-    records: list = []  # the evaluator's records of the sample, for the download
+    records: Sequence = ()  # the evaluator's records of the sample, for the download
 
 
 def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed: int,
