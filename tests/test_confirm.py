@@ -124,3 +124,38 @@ def test_the_pilot_pair_picks_the_regime_by_the_registered_rule(tmp_path):
     write_run(tmp_path / "c", "llds-a", 100, rows())
     with pytest.raises(ValueError, match="has not ended"):
         pick_regime(tmp_path / "c")
+
+
+@pytest.mark.slow
+def test_the_power_table_and_the_regime_print_from_the_repository_as_registered():
+    """`--power` on the exploratory runs prints the table pasted in the pre-registration;
+    `--regime` on the shipped pilot pair prints the registered choice and its arguments."""
+    power = subprocess.run([*SCRIPT, "--power", "assets/nano-runs/collapse"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert power.returncode == 0, power.stderr
+    readme = (ROOT / "assets" / "nano-runs" / "README.md").read_text(encoding="utf-8")
+    table = [line for line in power.stdout.splitlines() if line.startswith("| ")]
+    assert len(table) == 6 and all(line in readme for line in table)
+    regime = subprocess.run([*SCRIPT, "--regime", "assets/nano-runs/confirm/pilot"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert regime.returncode == 0, regime.stderr
+    assert "GRPO pilot collapsed, LLDS-A pilot did not collapse: pilot lr" in regime.stderr
+    assert regime.stdout.split() == ["--seeds", ",".join(map(str, range(101, 111))), "--lr",
+                                     "5e-4", "--steps", "80", "--stop-after-fall", "10"]
+
+
+def test_the_runner_ships_a_stopped_runs_logs_under_its_regimes_name(tmp_path):
+    """`collapse_runs --ship-only` with the confirmation's regime copies each run's logs,
+    its stopping record included, from the run folder to the shipped one."""
+    runs, ship = tmp_path / "nano-runs-46", tmp_path / "ship"
+    write_run(runs, "grpo", 101, rows(fall=(40, 52), steps=52),
+              stopped={"step": 52, "collapse_at": 42, "held_steps": 10})
+    done = subprocess.run([sys.executable, "-m", "nano.experiments.collapse_runs", "--seeds",
+                           "101", "--lr", "5e-4", "--stop-after-fall", "10", "--runs-dir",
+                           str(runs), "--ship", str(ship), "--ship-only"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    shipped = ship / "grpo-lr5e-4-seed101"
+    assert sorted(p.name for p in shipped.iterdir()) == ["command.txt", "metrics.jsonl",
+                                                         "stopped.json"]
+    assert not (ship / "llds-a-lr5e-4-seed101").exists()  # nothing logged: nothing shipped
