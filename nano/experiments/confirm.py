@@ -110,11 +110,12 @@ def holm(pvalues: dict[str, float], alpha: float = ALPHA) -> dict[str, bool]:
 
 
 def mean_and_se(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, math.inf
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return mean, math.sqrt(var / len(values))
+    """The mean and its standard error (the project's one, evaluator.stats.mean_se; inf
+    for a single value)."""
+    from evaluator.stats import mean_se
+
+    se = mean_se(values)
+    return sum(values) / len(values), math.inf if se is None else se
 
 
 def difference(a: list[float], b: list[float]) -> tuple[float, float]:
