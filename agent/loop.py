@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -245,11 +245,18 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
 
 
 def run_agent_batch(questions: Sequence[str], backend: Backend, retriever: Retriever,
-                    settings: AgentSettings | None = None) -> Iterator[tuple[int, Finished]]:
-    """Answer many questions together; yields (index, Finished) as each one ends."""
+                    settings: AgentSettings | None = None,
+                    on_turn: Callable[[int, int], None] | None = None,
+                    ) -> Iterator[tuple[int, Finished]]:
+    """Answer many questions together; yields (index, Finished) as each one ends.
+
+    `on_turn(turn, going)`, when given, hears after each turn's generation how many of the
+    questions go on to another turn (a progress line between answers, which come in bursts).
+    """
     settings = settings or AgentSettings()
     states = [_QuestionState(q, backend, settings) for q in questions]
     active = list(range(len(states)))
+    turn = 0
     while active:
         budgets = {i: states[i].budget() for i in active}
         for i in [i for i in active if budgets[i] <= 0]:
@@ -276,6 +283,9 @@ def run_agent_batch(questions: Sequence[str], backend: Backend, retriever: Retri
                 still.append(i)
                 if query is not None:
                     searching.append((i, query))
+        turn += 1
+        if on_turn is not None:
+            on_turn(turn, len(still))
         if searching:
             try:
                 results, seconds = _search(retriever, [q for _, q in searching], settings.topk)

@@ -73,10 +73,45 @@ def registry() -> tuple[ModelInfo, ...]:
     return tuple(models)
 
 
-def split_gguf(model: str) -> tuple[str, str | None]:
-    """(the checkpoint, the GGUF type) of `ID:TYPE`; (model, None) for any other name."""
-    base, sep, kind = model.rpartition(":")
-    return (base, kind) if sep and base and kind in GGUF_TYPES else (model, None)
+def _parse_name(name: str) -> tuple[str, str | None]:
+    """(the checkpoint, the GGUF type) of `ID:TYPE`; (name, None) for any other name."""
+    base, sep, kind = name.rpartition(":")
+    return (base, kind) if sep and base and kind in GGUF_TYPES else (name, None)
+
+
+class ModelRef(str):
+    """A model's name (`ID`, `ID:q4_k_m`, a path, a short name), parsed once where it enters
+    the studio (a flag, a picker, an API call); later steps read its fields, not the string.
+
+    Still the name itself as a string (stripped), so messages, logs and the pool's keys read
+    it as before and a plain name compares equal to it.
+    """
+
+    checkpoint: ModelRef  # the name without its GGUF type (the ref itself when it has none)
+    gguf_type: str | None  # `ID:TYPE`'s llama.cpp type; None for any other name
+
+    def __new__(cls, name: str) -> ModelRef:
+        if isinstance(name, ModelRef):
+            return name
+        base, kind = _parse_name(name.strip())
+        return cls._made(name.strip(), base, kind)
+
+    @classmethod
+    def _made(cls, name: str, base: str, kind: str | None) -> ModelRef:
+        ref = str.__new__(cls, name)
+        ref.gguf_type = kind
+        ref.checkpoint = ref if kind is None else cls._made(base, base, None)
+        return ref
+
+    @property
+    def runs_on_llamacpp(self) -> bool:
+        """`ID:TYPE`, or a .gguf file: llama.cpp runs it."""
+        return self.gguf_type is not None or self.lower().endswith(".gguf")
+
+
+def model_ref(model: str) -> ModelRef:
+    """`model` as a ModelRef: parsed now when it is a plain string, else as it is."""
+    return ModelRef(model)
 
 
 def gguf_id(model: str, kind: str = CPU_GGUF) -> str:
@@ -98,18 +133,17 @@ def as_gguf(info: ModelInfo, kind: str) -> ModelInfo:
 
 def lookup(model: str) -> ModelInfo | None:
     """The registry entry of `model`; `ID:TYPE` of any registry ID is one too."""
-    found = next((m for m in registry() if m.id == model), None)
-    base, kind = split_gguf(model)
-    if found is None and kind is not None:
-        info = next((m for m in registry() if m.id == base), None)
-        found = as_gguf(info, kind) if info is not None else None
+    ref = model_ref(model)
+    found = next((m for m in registry() if m.id == ref), None)
+    if found is None and ref.gguf_type is not None:
+        info = next((m for m in registry() if m.id == ref.checkpoint), None)
+        found = as_gguf(info, ref.gguf_type) if info is not None else None
     return found
 
 
 def is_gguf(model: str | None) -> bool:
     """`model` names a GGUF: `ID:TYPE`, or a .gguf file."""
-    return bool(model) and (split_gguf(model)[1] is not None
-                            or model.strip().lower().endswith(".gguf"))
+    return bool(model) and model_ref(model).runs_on_llamacpp
 
 
 def resolve(model: str) -> str:
@@ -201,7 +235,8 @@ def default_pair(model: str) -> tuple[str, str]:
     GGUF of the same type (what fits beside it on the CPU it runs on), or for a nano
     agent's GGUF the nano pair as GGUFs.
     """
-    base, kind = split_gguf(model)
+    ref = model_ref(model)
+    base, kind = ref.checkpoint, ref.gguf_type
     if kind is not None and is_nano(base):  # the nano pair, as GGUFs of that type
         first, second = default_pair(base)
         return gguf_id(first, kind), gguf_id(second, kind)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.models import GGUF_TYPES, lookup, parameter_count, shipped, split_gguf
+from agent.models import GGUF_TYPES, lookup, model_ref, parameter_count, shipped
 
 GB = 1024 ** 3
 BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -278,23 +278,24 @@ class Capacity:
     def need(self, model: str) -> Need | None:
         """What `model` takes here; None when its size is unknown (not in the registry and
         not shipped: a model the operator named, which is let through)."""
-        info = lookup(model)
-        parameters = parameter_count(model) or (info.parameters if info else 0)
+        ref = model_ref(model)
+        info = lookup(ref)
+        parameters = parameter_count(ref) or (info.parameters if info else 0)
         if not parameters:
             return None
-        base, kind = split_gguf(model)
-        if kind is not None:
+        if ref.gguf_type is not None:
             from agent.backends.llamacpp import DEFAULT_SLOT_CONTEXT
             from app.gguf_cache import cached
 
-            made = cached(model)
-            return gguf_need(parameters, kind, made.stat().st_size if made else None,
-                             kv_cache_bytes(base, DEFAULT_SLOT_CONTEXT), downloaded(base))
-        return need_of(parameters, self.dtype, downloaded(model))
+            made = cached(ref)
+            return gguf_need(parameters, ref.gguf_type, made.stat().st_size if made else None,
+                             kv_cache_bytes(ref.checkpoint, DEFAULT_SLOT_CONTEXT),
+                             downloaded(ref.checkpoint))
+        return need_of(parameters, self.dtype, downloaded(ref))
 
     def where_for(self, model: str) -> str:
         """Where `model`'s weights go: a GGUF always in RAM (llama.cpp runs it on the CPU)."""
-        return "RAM" if split_gguf(model)[1] is not None else self.where
+        return "RAM" if model_ref(model).gguf_type is not None else self.where
 
     def free_memory(self, held: int, where: str | None = None) -> int:
         """Memory a new model can take now (`where`: RAM or GPU memory, the device's when
@@ -306,7 +307,7 @@ class Capacity:
     def free_disk(self, model: str = "") -> int:
         from huggingface_hub import constants
 
-        if split_gguf(model)[1] is not None:
+        if model_ref(model).gguf_type is not None:
             from app.gguf_cache import cache_dir
 
             return min(free_disk(cache_dir()), free_disk(Path(constants.HF_HUB_CACHE)))

@@ -1,4 +1,4 @@
-"""GGUFs made on first use: a model named `ID:TYPE` (`agent.models.split_gguf`) is the
+"""GGUFs made on first use: a model named `ID:TYPE` (`agent.models.ModelRef`) is the
 checkpoint ID converted by `app.quantize` to TYPE, kept in a cache, and run by the llama.cpp
 backend on the CPU.
 
@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from agent.backends.base import Backend, ModelLoadError
-from agent.models import lookup, resolve, split_gguf
+from agent.models import lookup, model_ref, resolve
 
 INSTALL = "pip install -r requirements-llamacpp.txt"
 _REPORT: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
@@ -75,10 +75,10 @@ def folder_name(model: str) -> str:
 
 def gguf_path(model: str) -> Path:
     """Where the GGUF of `ID:TYPE` is (or will be) kept."""
-    base, kind = split_gguf(model)
-    if kind is None:
+    ref = model_ref(model)
+    if ref.gguf_type is None:
         raise ModelLoadError(f"{model!r} names no GGUF type: write ID:q4_k_m (or :q8_0, :f16).")
-    return cache_dir() / folder_name(base) / kind / "model.gguf"
+    return cache_dir() / folder_name(ref.checkpoint) / ref.gguf_type / "model.gguf"
 
 
 def fingerprint(model: str) -> dict | None:
@@ -95,10 +95,11 @@ def fingerprint(model: str) -> dict | None:
 def cached(model: str) -> Path | None:
     """The GGUF of `ID:TYPE` when it is in the cache and still made from the checkpoint's
     present files; else None."""
-    path = gguf_path(model)
+    ref = model_ref(model)
+    path = gguf_path(ref)
     if not path.is_file():
         return None
-    source = fingerprint(split_gguf(model)[0])
+    source = fingerprint(ref.checkpoint)
     if source is None:
         return path
     try:
@@ -119,7 +120,8 @@ def runtime_problem() -> str | None:
 
 def ensure_gguf(model: str) -> Path:
     """The GGUF of `ID:TYPE`: from the cache, else converted now (progress to `report`)."""
-    found = cached(model)
+    ref = model_ref(model)
+    found = cached(ref)
     if found is not None:
         return found
     problem = runtime_problem()
@@ -127,8 +129,8 @@ def ensure_gguf(model: str) -> Path:
         raise ModelLoadError(f"{model} is run by llama.cpp, which {problem}.")
     from app.quantize import ConversionError, convert
 
-    base, kind = split_gguf(model)
-    target = gguf_path(model)
+    base, kind = ref.checkpoint, ref.gguf_type
+    target = gguf_path(ref)
     target.parent.mkdir(parents=True, exist_ok=True)
     source = fingerprint(base)
     started = time.perf_counter()
@@ -152,13 +154,14 @@ def load_gguf(model: str) -> Backend:
     from agent.backends.llamacpp import LlamaCppBackend
 
     backend = LlamaCppBackend(str(ensure_gguf(model)))
-    backend.model_id = model
+    backend.model_id = str(model)
     return backend
 
 
 def studio_loader(load: Callable[[str], Backend]) -> Callable[[str], Backend]:
     """`load` (the launch's backend), except that `ID:TYPE` names go to llama.cpp."""
     def loader(model: str) -> Backend:
-        return load_gguf(model) if split_gguf(model)[1] is not None else load(model)
+        ref = model_ref(model)
+        return load_gguf(ref) if ref.gguf_type is not None else load(ref)
 
     return loader

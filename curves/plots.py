@@ -11,6 +11,7 @@ most MAX_POINTS real points are drawn.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
@@ -53,10 +54,17 @@ LABEL_FONT_PX = 10
 LABEL_CHAR_PX = 5.5  # measured 4.5 in Chromium's fallback for plotly's font; a margin more
 LABEL_ROW_PX = 16
 LABEL_PLOT_PX = 520
-PHASE_KEY = "II = steady likelihood decay, III = accelerated decay"
+PHASE_KEY = "II: steady decay, III: accelerated decay"  # of the likelihood
 PLOT_PX = 250  # the plotting area's height, whatever sits above or under it
-TITLE_PX = 62  # the title and subtitle above the labels
+TITLE_PX = 30  # the title's first line and the gap under the title block
+TITLE_LINE_PX = 20  # each further line of the title
+SUBTITLE_LINE_PX = 15
+# Lines are wrapped for a 390 px window, whose figure is about 340 px wide: the title at 15 px
+# (about 8 px a character), the subtitle at 11 px, the legend's names at 10 px beside their
+# 40 px symbol. Plotly does not wrap text itself; cut text runs off the figure.
+TITLE_CHARS, SUBTITLE_CHARS, LEGEND_CHARS = 34, 52, 50
 LEGEND_ROW_PX = 22
+LEGEND_LINE_PX = 13  # each further line of a wrapped legend name
 LEGEND_MAX_PX = 160  # a longer legend scrolls
 
 
@@ -158,47 +166,72 @@ def _band_traces(label: str, members: Sequence[TrainingRun], keys: Sequence[str]
         x=list(steps) + list(steps[::-1]),
         y=list(stats["high"].to_numpy()) + list(stats["low"].to_numpy()[::-1]),
         fill="toself", fillcolor=colour, opacity=0.18, line=dict(width=0), mode="lines",
-        name=f"{name} ({BANDS[band]})", hoverinfo="skip", showlegend=False, legendgroup=label)
+        name=name, hoverinfo="skip", showlegend=False, legendgroup=label)
     hover = (f"<b>{name}</b><br>step %{{x}}<br>mean %{{y:.5g}} of %{{customdata[0]}} runs"
-             "<br>band %{customdata[1]:.5g} to %{customdata[2]:.5g}<extra></extra>")
+             f"<br>band ({BANDS[band]}) %{{customdata[1]:.5g}} to %{{customdata[2]:.5g}}"
+             "<extra></extra>")
     mean_trace = go.Scatter(
         x=steps, y=stats["mean"].to_numpy(),
         customdata=stats[["n", "low", "high"]].to_numpy(), mode="lines+markers" if sparse
-        else "lines", name=f"{name} ({BANDS[band]})", line=dict(color=colour, width=2, dash=dash),
+        else "lines", name=name, line=dict(color=colour, width=2, dash=dash),
         marker=dict(size=5), hovertemplate=hover, legendgroup=label)
     return [band_trace, mean_trace]
 
 
+def wrap(text: str, width: int) -> str:
+    """`text` in lines of at most `width` characters (a longer word stays whole), joined by
+    plotly's line break."""
+    return "<br>".join(line for part in text.split("<br>") for line in textwrap.wrap(
+        part, width, break_long_words=False, break_on_hyphens=False)) if text else text
+
+
+def _lines(text: str) -> int:
+    return text.count("<br>") + 1 if text else 0
+
+
 def _legend_px(names: Sequence[str], plot_px: float = 620.0) -> int:
-    """Room for the legend under the plot: its entries laid in rows across a plot about a
-    1000 px window's width (on a wider plot it takes fewer rows and leaves a gap; on a
-    narrower one it scrolls within this room)."""
-    rows, used = 0, plot_px
+    """Room for the legend under the plot: its entries (wrapped names) laid in rows across a
+    plot about a 1000 px window's width (on a wider plot it takes fewer rows and leaves a
+    gap; on a narrower one it scrolls within this room)."""
+    rows, used, height, row_lines = 0, plot_px, 0, 1
     for name in names:
-        width = 40 + 5.5 * len(name)
+        width = 40 + 5.5 * max(len(line) for line in name.split("<br>"))
         if used + width > plot_px:
-            rows, used = rows + 1, 0.0
+            height += LEGEND_ROW_PX + (row_lines - 1) * LEGEND_LINE_PX if rows else 0
+            rows, used, row_lines = rows + 1, 0.0, 1
         used += width
-    return min(LEGEND_MAX_PX, rows * LEGEND_ROW_PX + 8) if rows else 0
+        row_lines = max(row_lines, _lines(name))
+    if not rows:
+        return 0
+    height += LEGEND_ROW_PX + (row_lines - 1) * LEGEND_LINE_PX
+    return min(LEGEND_MAX_PX, height + 8 + LEGEND_ROW_PX)  # and the legend's title
 
 
 def _layout(title: str, subtitle: str, x_range: tuple[float, float] | None,
-            log_y: bool = False, label_rows: int = 0, legend_px: int = 0) -> dict:
-    top = TITLE_PX + label_rows * LABEL_ROW_PX
+            log_y: bool = False, label_rows: int = 0, legend_px: int = 0,
+            legend_title: str = "") -> dict:
+    title, subtitle = wrap(title, TITLE_CHARS), wrap(subtitle, SUBTITLE_CHARS)
+    top = (TITLE_PX + (_lines(title) - 1) * TITLE_LINE_PX
+           + _lines(subtitle) * SUBTITLE_LINE_PX + label_rows * LABEL_ROW_PX)
     bottom = 50 + legend_px  # the step axis's numbers and title, then the legend
     return dict(
-        # Pinned to the top, so the rows of phase labels under it never reach the title.
-        title=dict(text=title, subtitle=dict(text=subtitle) if subtitle else None,
-                   yref="container", y=1.0, yanchor="top", pad=dict(t=10)),
+        # Pinned to the top left, so the rows of phase labels under it never reach the title
+        # and the modebar (top right) never covers it.
+        title=dict(text=title, font=dict(size=15),
+                   subtitle=dict(text=subtitle, font=dict(size=11)) if subtitle else None,
+                   xref="container", x=0, xanchor="left", yref="container", y=1.0,
+                   yanchor="top", pad=dict(t=10, l=10)),
         template=_TEMPLATE_JSON, height=top + PLOT_PX + bottom,
-        margin=dict(l=60, r=20, t=top, b=bottom),
+        margin=dict(l=60, r=36, t=top, b=bottom),
+        modebar=dict(orientation="v"),  # a column in the right margin, clear of the title
         hovermode="closest",
         # Under the plot, in rows: on the right, names of 60-80 characters took two thirds
         # of a 700 px figure and left the curves 100 px. Held to the figure's bottom and to
         # its room there, so it never reaches up to the step axis.
-        legend=dict(font=dict(size=10), orientation="h", x=0, xanchor="left", yref="container",
-                    y=0, yanchor="bottom", maxheight=max(legend_px, 2 * LEGEND_ROW_PX),
-                    tracegroupgap=2),
+        legend=dict(font=dict(size=10), orientation="h", xref="container", x=0,
+                    xanchor="left", yref="container", y=0, yanchor="bottom",
+                    maxheight=max(legend_px, 2 * LEGEND_ROW_PX), tracegroupgap=2,
+                    title=dict(text=legend_title, side="top") if legend_title else None),
         # Keeps zoom when the figure is rebuilt (e.g. smoothing changed in the UI).
         uirevision="curves",
         xaxis=dict(title=dict(text="step"), range=list(x_range) if x_range else None),
@@ -288,7 +321,7 @@ def _rounded_subtitle(runs: Sequence[TrainingRun], extra: str = "") -> str:
     parts = [extra] if extra else []
     if any(run.rounded for run in runs):
         parts.append("console-log values rounded to 3 decimals")
-    return " · ".join(parts)
+    return "<br>".join(parts)  # a line each (a 390 px window has room for little more)
 
 
 def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
@@ -367,13 +400,17 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
             # "collapse/grpo-lr3e-4-seed0: II @ 0" and its "III @ 30" printed over each other).
             (name,) = marked
             all_marks = [replace(m, text=m.text.removeprefix(f"{name}: ")) for m in all_marks]
-            key = "; ".join(p for p in (f"marks: {name}", key) if p)
+            key = "<br>".join(p for p in (f"marks: {name}", key) if p)
         annotations, rows = place_marks(all_marks, x_range)
+        for trace in traces:  # wrapped, so a 390 px window shows whole names
+            if trace.showlegend is not False and trace.name:
+                trace.name = wrap(trace.name, LEGEND_CHARS)
         legend = [t.name for t in traces if t.showlegend is not False and t.name]
         # The labels are short ("II @ 100"): the subtitle says what the numerals mean.
         subtitle = _rounded_subtitle(used, key)
         layout = _layout(title, subtitle, x_range, log_y=log_y, label_rows=rows,
-                         legend_px=_legend_px(legend))
+                         legend_px=_legend_px(legend),
+                         legend_title=f"shaded: {BANDS[band]}" if band and groups else "")
         if annotate:
             layout.update(shapes=shapes, annotations=annotations)
         # One constructor call: validating the figure once is several times faster than
@@ -411,14 +448,14 @@ def build_panels(runs: Sequence[TrainingRun], analyses: Sequence[RunAnalysis],
                     hovertemplate="spike at step %{x}: %{y:.4g}<extra></extra>"))
         return traces, [], []
 
-    add_panel("likelihood", "Likelihood of the model's responses (log-probability a token)",
+    add_panel("likelihood", "Likelihood (log-prob a token)",
               [("lik_pos", "pos (A≥0)", "solid"), ("lik_neg", "neg (A<0)", "dot"),
                ("disp_pos", "A>0 per token", "dash"), ("disp_zero", "A=0 per token", "longdash"),
                ("disp_neg", "A<0 per token", "dashdot"), ("anchor_logp", "anchor set", "solid")],
               note=LIKELIHOOD_NOTE, shade=True)
-    add_panel("ref_log_ratio", "Drift from the starting model (log π − log π_ref a token)",
+    add_panel("ref_log_ratio", "Drift from the starting model",
               [("ref_log_ratio", "", "solid")], note=REF_RATIO_NOTE)
-    add_panel("likelihood_ref", "Likelihood under the starting (reference) model",
+    add_panel("likelihood_ref", "Likelihood under the start model",
               [("lik_pos_ref", "pos (A≥0)", "solid"), ("lik_neg_ref", "neg (A<0)", "dot")],
               note="The same responses as the likelihood panel, scored by the model training "
                    "started from; the same caveats apply.")

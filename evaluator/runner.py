@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from agent.events import Finished
@@ -77,8 +77,10 @@ def _append(out, record: Record, path: Path, written: int) -> None:
 
 def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentSettings,
              out_path: Path, batch_size: int = 8,
-             max_consecutive_errors: int = DEFAULT_MAX_CONSECUTIVE_ERRORS) -> Iterator[Record]:
-    """Answer the questions not yet in `out_path`, appending each record as it finishes.
+             max_consecutive_errors: int = DEFAULT_MAX_CONSECUTIVE_ERRORS,
+             on_turn: Callable[[int, int], None] | None = None) -> Iterator[Record]:
+    """Answer the questions not yet in `out_path`, appending each record as it finishes
+    (`on_turn`: `run_agent_batch`'s, for each batch).
 
     Raises RunStopped (after the record that reached it is written and yielded) once
     `max_consecutive_errors` questions in a row have ended in an error; 0 never stops.
@@ -98,7 +100,7 @@ def evaluate(questions: Sequence[Question], backend, retriever, settings: AgentS
                 else:
                     chunk.append(question)
             finished_ones = run_agent_batch([q.question for q in chunk], backend, retriever,
-                                            settings) if chunk else ()
+                                            settings, on_turn) if chunk else ()
             answered = (make_record(chunk[i], finished) for i, finished in finished_ones)
             for record in itertools.chain(records, answered):  # each written as it finishes
                 _append(out, record, out_path, written)

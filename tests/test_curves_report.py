@@ -64,7 +64,7 @@ def test_likelihood_figure_overlays_both_runs_with_phases(result):
     texts = [a.text for a in labels]
     assert any(t.startswith("synthetic-grpo-lambda0.0: II @ ") for t in texts)
     assert any("steady decay" in a.hovertext for a in labels)  # the details on hover
-    assert "II = steady likelihood decay" in fig.layout.title.subtitle.text
+    assert "II: steady decay, III: accelerated decay" in fig.layout.title.subtitle.text
     assert not any("synthetic-llds" in t for t in texts)
     hover = next(t.hovertemplate for t in fig.data if t.hovertemplate)
     assert "actor/pos_avg_old_log_prob" in hover and "raw" in hover

@@ -72,6 +72,21 @@ def test_first_use_converts_with_progress_then_the_cache_serves(gguf_cache, loca
     assert gguf_path("nano:f16").stat().st_mtime_ns == stamp
 
 
+def test_a_gguf_name_is_parsed_once_on_its_way_through_a_load(gguf_cache, monkeypatch):
+    # The pool, the capacity check, the cache and the loader read one ModelRef: the string
+    # is parsed where it enters (pool.get), not again at each step.
+    from agent import models
+    from app.capacity import Capacity
+
+    parsed: list[str] = []
+    real = models._parse_name
+    monkeypatch.setattr(models, "_parse_name", lambda name: parsed.append(name) or real(name))
+    pool = ModelPool(studio_loader(BackendOptions().load),
+                     capacity=Capacity("cpu", 16 * 1024**3))
+    assert pool.get("nano:f16").name == "llamacpp"  # converted, checked, loaded
+    assert parsed == ["nano:f16"]
+
+
 def test_progress_names_each_step_while_it_converts(gguf_cache, local_retriever):
     seen: list[str] = []
     pool = ModelPool(studio_loader(BackendOptions().load))

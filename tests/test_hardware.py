@@ -209,12 +209,16 @@ def test_the_launch_decides_when_the_hardware_is_checked(monkeypatch, capsys):
 # ------------------------------------------------------------- GGUFs (llama.cpp, on the CPU)
 
 def test_the_3b_checkpoints_are_listed_as_q4_k_m_ggufs_too():
-    from agent.models import default_pair, gguf_id, is_gguf, registry, resolve, split_gguf
+    from agent.models import ModelRef, default_pair, gguf_id, is_gguf, registry, resolve
 
     listed = [m.id for m in registry() if m.quantized]
     assert listed == [f"{LLDS_3B}:q4_k_m", f"{GRPO_3B}:q4_k_m"]
-    assert split_gguf(f"{LLDS_3B}:q4_k_m") == (LLDS_3B, "q4_k_m")
-    assert split_gguf("owner/name:latest") == ("owner/name:latest", None)  # not a GGUF type
+    ref = ModelRef(f" {LLDS_3B}:q4_k_m ")
+    assert (ref, ref.checkpoint, ref.gguf_type) == (f"{LLDS_3B}:q4_k_m", LLDS_3B, "q4_k_m")
+    assert ref.checkpoint.gguf_type is None and ref.checkpoint.checkpoint is ref.checkpoint
+    plain = ModelRef("owner/name:latest")  # not a GGUF type: the whole name is the checkpoint
+    assert (plain.checkpoint, plain.gguf_type) == ("owner/name:latest", None)
+    assert ModelRef(ref) is ref and {ref: 1}[f"{LLDS_3B}:q4_k_m"] == 1  # a key as the name
     assert is_gguf("nano:f16") and is_gguf("/models/x/model.gguf") and not is_gguf(LLDS_3B)
     info = lookup("nano:q8_0")  # any registry id, listed or not
     assert info.quantized == "q8_0" and info.label.endswith(" · CPU q8_0")

@@ -286,6 +286,9 @@ def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):
     page.locator("#eval-sample input[type=number]").fill("3")
     page.locator("#eval-sample input[type=number]").press("Enter")
     page.locator("#eval-button").click()
+    # Between answers (which come in bursts), the progress line says which turn is done.
+    expect(page.locator("#eval-summary")).to_contain_text("turn 1 done, 3 still searching",
+                                                          timeout=60_000)
     expect(page.locator("#eval-summary")).to_contain_text("3 questions", timeout=60_000)
     expect(page.locator("#eval-summary")).to_contain_text("EM ")
     expect(page.locator("#eval-summary")).to_contain_text(str(tmp_path))  # where it went

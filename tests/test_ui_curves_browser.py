@@ -204,3 +204,32 @@ def test_one_collapse_step_per_run_on_the_page(bundled):
     assert "collapse @ 49" in labels and "reward collapse" not in labels
     assert not re.search(r"collapse @ (?!49\b)\d+", labels)
     assert "collapse onset" not in " ".join(headers)
+
+
+# Each plot's title, subtitle and legend texts, and its modebar's box (drawn on hover).
+TEXT_BOXES = """plot => {
+  const box = el => { const r = el.getBoundingClientRect();
+    return {text: el.textContent, left: r.left, right: r.right, top: r.top, bottom: r.bottom}; };
+  const bar = plot.querySelector('.modebar');
+  const texts = sel => [...plot.querySelectorAll(sel)].filter(el => el.textContent.trim())
+    .map(box);
+  return {texts: texts('.legend text'), titles: texts('.gtitle, .gtitle-subtitle'),
+          modebar: bar ? box(bar) : null, width: window.innerWidth};
+}"""
+
+
+def test_titles_and_legends_fit_the_window_and_the_modebar_leaves_the_title(bundled):
+    # At 390 px the subtitle and the legend's names ran off both edges, and the modebar
+    # (zoom, pan, …) sat over the title.
+    plots = bundled.locator(".js-plotly-plot")
+    for index in range(plots.count()):
+        plot = plots.nth(index)
+        plot.hover()  # the modebar shows
+        found = plot.evaluate(TEXT_BOXES)
+        for box in found["texts"] + found["titles"]:
+            assert box["left"] >= -1 and box["right"] <= found["width"] + 1, \
+                f"plot {index}: {box['text']!r} runs off the window"
+        bar = found["modebar"]
+        if bar is not None:
+            covered = [b["text"] for b in found["titles"] if overlapping([bar, b])]
+            assert covered == [], f"plot {index}: the modebar covers {covered}"

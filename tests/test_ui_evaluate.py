@@ -30,6 +30,9 @@ def test_evaluate_sample_scores_and_writes_a_run(tmp_path, monkeypatch, local_re
     assert seen[0] == ((0, 3), "0 of 3 questions answered (3 asked at once, so several "
                                 "finish together)")
     assert seen[-1][0] == (3, 3)
+    # Between answers, each turn of the questions asked together moves the line on.
+    turns = [desc for _, desc in seen if "; turn " in desc]
+    assert turns and turns[0].endswith("; turn 1 done, 3 still searching")
     files = download_texts("nq", result)
     assert list(files) == ["nq-sample-3.jsonl", "nq-sample-3.csv", "nq-sample-3-summary.md"]
     rows = [json.loads(line) for line in files["nq-sample-3.jsonl"].splitlines()]

@@ -175,8 +175,13 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
                              if not errored(r)})
         if progress is not None:  # at once: no "processing | 19.2/2.5s" before the first
             progress((done, len(questions)), desc=asked(done, len(questions)))
+
+        def on_turn(turn: int, going: int) -> None:  # between answers, which come in bursts
+            if progress is not None:
+                progress((done, len(questions)), desc=asked(done, len(questions), turn, going))
+
         for _ in evaluate(questions, backend, studio.retriever, settings, path,
-                          batch_size=BATCH):
+                          batch_size=BATCH, on_turn=on_turn):
             done += 1
             if progress is not None:
                 progress((done, len(questions)), desc=asked(done, len(questions)))
@@ -203,10 +208,14 @@ def evaluate_sample(studio: Studio, model: str, dataset: str, sample: int, seed:
     return SampleResult("\n\n".join(lines), table, records)
 
 
-def asked(done: int, total: int) -> str:
-    """The progress line: answered so far, and why they come in bursts."""
-    return (f"{done} of {total} questions answered ({min(BATCH, total)} asked at once, so "
+def asked(done: int, total: int, turn: int = 0, going: int = 0) -> str:
+    """The progress line: answered so far, and why they come in bursts; after a turn of the
+    questions asked together, which turn it was and how many search on."""
+    line = (f"{done} of {total} questions answered ({min(BATCH, total)} asked at once, so "
             "several finish together)")
+    if turn:
+        line += f"; turn {turn} done, {going} still searching"
+    return line
 
 
 def download_texts(dataset: str, result: SampleResult) -> dict[str, str]:

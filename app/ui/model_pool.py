@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from agent.backends.base import Backend, ModelLoadError
 from agent.loop import AgentSettings, run_agent
-from agent.models import is_gguf, label, split_gguf
+from agent.models import label, model_ref
 from app.capacity import Capacity, Loaded
 from app.gguf_cache import cached, reporting, runtime_problem
 
@@ -159,7 +159,7 @@ class ModelPool:
         """The loaded backend (loading it now if needed); raises ModelLoadError. Loads run
         one at a time in the process (`LOAD_LOCK`); a failed load is not kept: the next
         call tries again."""
-        model = model.strip()
+        model = model_ref(model)  # the name read once here; every step below reads its fields
         self.refuse_if_not_allowed(model)
         slot = self._slot(model)
         with slot.load_lock:
@@ -212,7 +212,7 @@ class ModelPool:
         needs llama.cpp, capacity or not."""
         if self.is_loaded(model):
             return None
-        if is_gguf(model) and runtime_problem():
+        if model_ref(model).runs_on_llamacpp and runtime_problem():
             return f"run by llama.cpp, which {runtime_problem()}"
         if self.capacity is None:
             return None
@@ -323,7 +323,7 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
 
 
 def first_load_note(model: str) -> str:
-    if split_gguf(model)[1] is not None and cached(model) is None:
+    if model_ref(model).gguf_type is not None and cached(model) is None:
         return ("The first use converts this checkpoint to a GGUF for llama.cpp (fetching "
                 "it first if it is not here): minutes for a 3B model. Progress shows here.")
     return "The first question loads the model; this can take a while for a big checkpoint."
