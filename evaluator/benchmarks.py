@@ -66,9 +66,10 @@ class Question:
     question: str
     golden_answers: list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Why the record cannot be asked (it is over a size limit), or None. Such a question
-    # never reaches the model: the runner records it as an error with this message, so the
-    # rest of the file still runs and the run says what to fix.
+    # Why the record cannot be asked (its question is not a string, or is over
+    # MAX_QUESTION_CHARS), or None. Such a question never reaches the model: the runner
+    # records it as an error with this message, so the rest of the file still runs and the
+    # run says what to fix.
     problem: str | None = None
 
 
@@ -95,8 +96,10 @@ def where_to_put_files(name: str) -> str:
 # One line of a JSON-lines file holds one record: an id, a question, its answers and some
 # metadata. FlashRAG's largest records are tens of KB; 1 MiB leaves room for a question at
 # MAX_QUESTION_CHARS in any script with its metadata, and keeps a line, its text and its
-# parsed form a few MB at most. A longer line is an error for that record alone: it is
-# skipped in bounded chunks, never held whole (a 200 MB line took 6 GB before).
+# parsed form a few MB at most. A longer line is bad input (DataError, exit 2): read past in
+# bounded pieces to measure it, never held whole (a 200 MB line took 6 GB before), it is
+# not parsed, so it is not known to be one record (an 80 MB line is more likely a whole
+# set written as one JSON list) and nothing of it can be asked or recorded.
 MAX_RECORD_BYTES = 2**20
 # A question goes to the model whole, and the agent refuses a prompt over its 2,048-token
 # window (AgentSettings.max_prompt_tokens) only after tokenizing all of it (3.5 GB for a
@@ -120,7 +123,8 @@ def _clipped(text: str) -> str:
 @dataclass(frozen=True)
 class OversizedRecord:
     """A line of a JSON-lines file over MAX_RECORD_BYTES, as read: its size and the bytes at
-    its two ends (where an id is found), the rest skipped unread into memory."""
+    its two ends (where an id and the line's shape are found), the rest skipped unread into
+    memory."""
 
     size: int
     head: bytes
@@ -139,18 +143,20 @@ class OversizedRecord:
                     continue
         return None
 
-    def question(self, dataset: str, index: int, where: str) -> Question:
-        """The record as a Question that is never asked: its `problem` says what to fix."""
-        qid = self.record_id() or f"{dataset}_{index}"
-        preview = self.head[:_KEPT_CHARS].decode("utf-8", "replace")
-        return Question(
-            id=qid, dataset=dataset, golden_answers=[],
-            question=f"{preview}... [a line of {self.size:,} bytes]",
-            problem=(f"{where}: the record is {_kilo(self.size)}, over the limit of "
-                     f"{_kilo(MAX_RECORD_BYTES)} for one line of a benchmark file (a record "
-                     "holds one question, its answers and metadata); it was not asked. "
-                     "Shorten or remove that record, then run the same command again: "
-                     "the other questions are kept and this one runs then."))
+    def error(self, where: str) -> DataError:
+        """The refusal of the whole file: which line, what is wrong, what to do."""
+        qid = self.record_id()
+        named = f" (record id {qid!r})" if qid is not None else ""
+        # A set written as one JSON list lands on one line: say so, the fix differs.
+        shape = (" It starts with '[', as if the whole set were one JSON list on one line; "
+                 "write one record a line (a .jsonl file)."
+                 if self.head.lstrip().startswith(b"[") else
+                 " Shorten or remove that record (a record holds one question, its answers "
+                 "and metadata).")
+        return DataError(
+            f"{where}: a line of {_kilo(self.size)}{named}, over the limit of "
+            f"{_kilo(MAX_RECORD_BYTES)} for one line of a benchmark file; nothing was "
+            f"asked.{shape} Then run the same command again.")
 
 
 def _plain(value: Any) -> Any:
@@ -202,8 +208,6 @@ def question_from_record(record: Any, dataset: str, index: int,
 
     `where` names the record in errors (`path:line`, or `path record N`)."""
     where = where or f"{dataset} record {index}"
-    if isinstance(record, OversizedRecord):
-        return record.question(dataset, index, where)
     if not isinstance(record, Mapping):
         raise DataError(
             f"{where}: a record must be a JSON object with id, question and golden_answers; "
@@ -215,7 +219,7 @@ def question_from_record(record: Any, dataset: str, index: int,
         raise DataError(f"{where}: no 'question' field (fields: {', '.join(map(str, record))}); "
                         "every record needs one.")
     metadata = _plain(record.get("metadata")) or {}
-    text, problem = _checked_question(str(record["question"]), where)
+    text, problem = question_text(record["question"], where)
     return Question(
         id=str(record.get("id") if record.get("id") is not None else f"{dataset}_{index}"),
         dataset=dataset,
@@ -224,6 +228,26 @@ def question_from_record(record: Any, dataset: str, index: int,
         metadata=metadata if isinstance(metadata, dict) else {"metadata": metadata},
         problem=problem,
     )
+
+
+_KINDS = {list: "a list", tuple: "a list", dict: "an object (a struct)", bool: "true/false",
+          int: "a number", float: "a number", bytes: "binary data"}
+
+
+def question_text(value: Any, where: str) -> tuple[str, str | None]:
+    """(the question text, None), or (a short preview, why it is not asked) for a question
+    that is not a string or is over MAX_QUESTION_CHARS. Not str() of whatever is there: a
+    parquet list column's ['who', 'wrote', 'hamlet'] was asked as its Python repr."""
+    if isinstance(value, str):
+        return _checked_question(value, where)
+    kind = _KINDS.get(type(value), f"a {type(value).__name__}")
+    words = value if isinstance(value, list | tuple) and value and all(
+        isinstance(word, str) for word in value) else ["who wrote hamlet?"]
+    return _preview(value, _KEPT_CHARS), (
+        f"{where}: the question is {kind} ({_preview(value)}), not a string; it was not "
+        f"asked. Write the question as one string (e.g. \"question\": "
+        f"{json.dumps(' '.join(words)[:80])}), then run the same command again: the other "
+        "questions are kept and this one runs then.")
 
 
 def _checked_question(text: str, where: str) -> tuple[str, str | None]:
@@ -245,10 +269,15 @@ MAX_JSON_DOCUMENT_BYTES = 64 * 2**20
 
 
 def read_data_file(path: Path) -> list[tuple[str, Any]]:
+    """Every (where, record) pair of a benchmark file (`iter_data_file`)."""
+    return list(iter_data_file(path))
+
+
+def iter_data_file(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, record) pairs of a .jsonl, .json (a list, {"data": [...]}, or JSON lines) or
-    .parquet file; `where` names the record in messages (`path:line` or `path record N`).
-    A line over MAX_RECORD_BYTES comes back as an OversizedRecord, an error for that
-    record alone (`question_from_record`)."""
+    .parquet file, read as they are asked for (a reader that stops early never reads the
+    rest of the file); `where` names the record in messages (`path:line` or `path record
+    N`). A line over MAX_RECORD_BYTES is a DataError that names it."""
     path = Path(path)
     if path.suffix == ".parquet":
         guard = _ParquetGuard(path, DATA_COLUMNS, ParquetLimits())
@@ -257,13 +286,15 @@ def read_data_file(path: Path) -> list[tuple[str, Any]]:
                             f"{', '.join(guard.handle.schema_arrow.names)}); every record "
                             "needs one.")
         guard.check()
-        return [(f"{path} record {i}", r)
-                for i, r in enumerate(r for b in guard.batches() for r in b.to_pylist())]
+        rows = (r for b in guard.batches() for r in b.to_pylist())
+        yield from ((f"{path} record {i}", r) for i, r in enumerate(rows))
+        return
     if path.suffix == ".json":
         document = _json_document(path)
         if document is not None:
-            return document
-    return list(_json_lines(path))
+            yield from document
+            return
+    yield from _json_lines(path)
 
 
 def _json_document(path: Path) -> list[tuple[str, Any]] | None:
@@ -295,7 +326,8 @@ def _json_document(path: Path) -> list[tuple[str, Any]] | None:
 
 def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
     """(where, record) for each non-blank line of a JSON-lines file, read a line at a time:
-    no line over MAX_RECORD_BYTES is ever held whole (an OversizedRecord stands for it)."""
+    a line over MAX_RECORD_BYTES is measured in bounded pieces, never held whole, and
+    refused (`OversizedRecord.error`)."""
     offset = 0
     with path.open("rb") as handle:
         for number in itertools.count(1):
@@ -311,10 +343,8 @@ def _json_lines(path: Path) -> Iterator[tuple[str, Any]]:
                         break
                     size += len(line)
                     tail = (tail + line)[-4096:]
-                offset += size
-                yield where, OversizedRecord(size=size - tail.endswith(b"\n"), head=head,
-                                             tail=tail)
-                continue
+                raise OversizedRecord(size=size - tail.endswith(b"\n"), head=head,
+                                      tail=tail).error(where)
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -608,20 +638,32 @@ def local_candidates(data_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, Path]:
-    """Questions from a FlashRAG-style directory: (questions, split found or None, path)."""
+def find_local(data_dir: Path, name: str) -> tuple[Path, str | None]:
+    """The file of `name` in a FlashRAG-style directory and its split (None when the file
+    is not named by one), or a DataError that says where to put it."""
     for path in local_candidates(data_dir, name):
         if path.is_file():
-            split = path.stem if path.parent.name == name else None
-            records = read_data_file(path)
-            if not records:
-                raise DataError(f"{path} holds no records (the file is empty or has only "
-                                "blank lines); write the questions into it, one JSON object "
-                                "per line with id, question and golden_answers.")
-            questions = [question_from_record(r, name, i, where)
-                         for i, (where, r) in enumerate(records)]
-            return questions, split, path
+            return path, path.stem if path.parent.name == name else None
     raise DataError(f"No file for {name!r} in {data_dir}. {where_to_put_files(name)}")
+
+
+def local_questions(path: Path, name: str) -> Iterator[Question]:
+    """The questions of a benchmark file, read as they are asked for; a DataError at the
+    first when the file holds no record."""
+    records = iter_data_file(path)
+    first = next(records, None)
+    if first is None:
+        raise DataError(f"{path} holds no records (the file is empty or has only blank "
+                        "lines); write the questions into it, one JSON object per line with "
+                        "id, question and golden_answers.")
+    for i, (where, record) in enumerate(itertools.chain([first], records)):
+        yield question_from_record(record, name, i, where)
+
+
+def load_local(data_dir: Path, name: str) -> tuple[list[Question], str | None, Path]:
+    """Questions from a FlashRAG-style directory: (questions, split found or None, path)."""
+    path, split = find_local(data_dir, name)
+    return list(local_questions(path, name)), split, path
 
 
 def local_benchmark_file(name: str) -> Path:
@@ -689,8 +731,8 @@ def merged_question(record: Mapping[str, Any], index: int) -> Question:
     extra = record.get("extra_info") or {}
     local_index = extra.get("index", index) if isinstance(extra, dict) else index
     qid = record.get("id")
-    text, problem = _checked_question(str(question).strip(),
-                                      f"merged record {index} ({dataset})")
+    text, problem = question_text(question.strip() if isinstance(question, str) else question,
+                                  f"merged record {index} ({dataset})")
     return Question(
         id=str(qid if qid is not None else f"{dataset}_{local_index}"),
         dataset=dataset,
@@ -748,22 +790,31 @@ def select(
     return list(questions)
 
 
+def _left_out(question: Question, seen: set[str]) -> str | None:
+    """Why `question` is not scored ("unanswerable" or "repeated"), or None, when it is
+    and its id is added to `seen`: a record without golden answers would score 0 whatever
+    the model says, and a repeated id would be taken for a finished question on resume."""
+    # a record with a problem (a question that is not asked) stays, to be recorded as an
+    # error that says what to fix, rather than vanish into a note
+    if not question.golden_answers and question.problem is None:
+        return "unanswerable"
+    if question.id in seen:
+        return "repeated"
+    seen.add(question.id)
+    return None
+
+
 def scorable(name: str, questions: list[Question]) -> tuple[list[Question], list[str]]:
-    """The questions that can be scored once each, and a note for each kind left out: a
-    record without golden answers would score 0 whatever the model says, and a repeated id
-    would be taken for a finished question on resume."""
+    """The questions that can be scored once each (`_left_out`), and a note for each kind
+    left out."""
     seen: set[str] = set()
     kept, unanswerable, repeated = [], [], []
     for question in questions:
-        # a record over a size limit has no answers read; it stays, to be recorded as an
-        # error that says what to fix, rather than vanish into this note
-        if not question.golden_answers and question.problem is None:
-            unanswerable.append(question.id)
-        elif question.id in seen:
-            repeated.append(question.id)
-        else:
-            seen.add(question.id)
+        why = _left_out(question, seen)
+        if why is None:
             kept.append(question)
+        else:
+            (unanswerable if why == "unanswerable" else repeated).append(question.id)
     notes = []
     if unanswerable:
         notes.append(f"{name}: {len(unanswerable)} record(s) have no golden answers (e.g. id "
@@ -776,15 +827,39 @@ def scorable(name: str, questions: list[Question]) -> tuple[list[Question], list
     return kept, notes
 
 
-def check_size(name: str, count: int, split: str | None) -> list[str]:
-    """Warnings when the full set is not the split and size the published numbers used."""
+def read_for(questions: Iterable[Question], limit: int | None,
+             sample: int | None) -> tuple[list[Question], bool]:
+    """(the questions `select` picks from, whether the source was read to its end). A
+    sample is drawn from the whole set, so it reads everything; a limit reads up to its
+    limit-th scorable question and stops, so `--limit 3` on a million-record file parses
+    three records, not a million (233 MB of JSON lines: 20 s and a 1.9 GB peak before, a
+    millisecond after), and a bad record past the limit is never read."""
+    if limit is None or sample is not None:
+        return list(questions), True
+    if limit <= 0:
+        return [], False
+    taken: list[Question] = []
+    seen: set[str] = set()
+    kept = 0
+    for question in questions:
+        taken.append(question)
+        if _left_out(question, seen) is None:
+            kept += 1
+            if kept == limit:  # returned before the next record is read
+                return taken, False
+    return taken, True
+
+
+def check_size(name: str, count: int | None, split: str | None) -> list[str]:
+    """Warnings when the full set is not the split and size the published numbers used
+    (`count`: None when it is not known, the file read only up to a --limit)."""
     bench = BENCHMARKS.get(name)
     if bench is None:
         return [f"{name!r} is not one of the seven Search-R1 benchmarks; no size to check."]
     notes = []
     if split is not None and split != bench.split:
         notes.append(f"{name}: loaded the {split!r} split; Search-R1 uses {bench.split!r}.")
-    if count != bench.size:
+    if count is not None and count != bench.size:
         notes.append(
             f"{name}: the full set has {count:,} questions, expected {bench.size:,} "
             f"({bench.split}); numbers will not be comparable with published ones."
@@ -800,9 +875,11 @@ def load_with_warnings(
     sample: int | None = None,
     seed: int = 0,
 ) -> tuple[list[Question], list[str]]:
-    """Load and select one benchmark; returns the questions and the warnings as text."""
+    """Load and select one benchmark; returns the questions and the warnings as text. A
+    local file is read only as far as `limit` needs (`read_for`)."""
     if data_dir is None and merged_parquet is None and name in LOCAL_BENCHMARKS:
-        questions, _, _ = load_local(LOCAL_BENCHMARKS[name], name)
+        path, _ = find_local(LOCAL_BENCHMARKS[name], name)
+        questions, _ = read_for(local_questions(path, name), limit, sample)
         questions, dropped = scorable(name, questions)
         return select(questions, limit=limit, sample=sample, seed=seed), dropped
     if name not in BENCHMARKS and data_dir is None and merged_parquet is None:
@@ -812,15 +889,18 @@ def load_with_warnings(
             f"(other sets load from --data-dir or --merged-parquet)."
         )
     split: str | None
+    source: Iterable[Question]
     if merged_parquet is not None:
-        questions = load_merged(Path(merged_parquet), name)
+        source = load_merged(Path(merged_parquet), name)
         split = None  # the merged file does not record it; Search-R1 built it by the rule
     elif data_dir is not None:
-        questions, split, _ = load_local(Path(data_dir), name)
+        path, split = find_local(Path(data_dir), name)
+        source = local_questions(path, name)
     else:
         split = BENCHMARKS[name].split
-        questions = load_hub(name, split)
-    notes = check_size(name, len(questions), split)
+        source = load_hub(name, split)
+    questions, whole = read_for(source, limit, sample)
+    notes = check_size(name, len(questions) if whole else None, split)
     questions, dropped = scorable(name, questions)
     return select(questions, limit=limit, sample=sample, seed=seed), notes + dropped
 

@@ -7,9 +7,9 @@ at most the questions that were in flight. The run directory's files and rules a
 A run of consecutive errored questions (a retriever outage, a dead model server) stops the
 run with `RunStopped` instead of writing hundreds of error records: those questions are
 not scored, and running the same command again retries them. A question whose text cannot
-be encoded, or whose record is over a size limit (`Question.problem`), never reaches the
-model: it is recorded as an error of its own, and the questions beside it run. A record that
-cannot be written (a full disk) stops the run with `RunWriteError`.
+be encoded, is not a string in the file, or is over its size limit (`Question.problem`),
+never reaches the model: it is recorded as an error of its own, and the questions beside it
+run. A record that cannot be written (a full disk) stops the run with `RunWriteError`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def encoding_problem(text: str) -> str | None:
 
 def unencodable_record(question: Question, problem: str) -> Record:
     """The error record of a question that never reached the model (its text cannot be
-    encoded, or it is over a size limit), its text escaped so the record can be written."""
+    encoded, or `Question.problem` says why not), its text escaped so the record can be
+    written."""
     finished = Finished(stop_reason="error", turns=0, searches=0, new_tokens=0, seconds=0.0,
                         trajectory="", prompt="", error=problem)
     printable = question.question.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -190,10 +190,14 @@ def test_select_limit_and_sample() -> None:
         select(questions, limit=1, sample=1)
 
 
-def test_load_with_limit_checks_full_size(tmp_path: Path) -> None:
+def test_a_limit_checks_the_full_size_only_where_it_read_the_whole_file(tmp_path: Path) -> None:
+    """A limit stops reading at its last question, so the set's size is unknown then (and
+    not guessed); a limit past the end of the file reads it all and checks it."""
     _write_jsonl(tmp_path / "nq" / "test.jsonl", _records("nq", 20))
     questions, notes = load_with_warnings("nq", data_dir=tmp_path, limit=5)
-    assert len(questions) == 5 and "20 questions" in notes[0]
+    assert len(questions) == 5 and notes == []
+    questions, notes = load_with_warnings("nq", data_dir=tmp_path, limit=25)
+    assert len(questions) == 20 and "the full set has 20 questions" in notes[0]
     sampled, _ = load_with_warnings("nq", data_dir=tmp_path, sample=5, seed=1)
     assert len(sampled) == 5
 

@@ -1,6 +1,6 @@
 """The evaluator's memory and size limits on benchmark files: a parquet file is decoded a
 batch at a time, its peak following its budget (not the file's decoded size), and a JSON-lines
-record over its size limit is an error for that record alone, never held whole.
+line over its size limit is bad input that names it, measured without being held whole.
 
 Peaks are measured in a fresh interpreter: VmHWM (the peak RSS of that process's own address
 space), read before and after the load. Not getrusage's ru_maxrss: Linux carries that across
@@ -234,36 +234,27 @@ def _normal(qid: str, index: int) -> str:
     return _record(qid, question, golden)
 
 
-def test_an_over_long_line_is_an_error_for_that_record_and_the_others_run(tmp_path,
-                                                                        local_retriever):
-    """A 3 MB question between two normal ones, in one batch: recorded as an error that says
-    what to do, without reaching the model; the two beside it are answered. Before, the
-    whole question went to the model's tokenizer and its record held it twice (6 MB)."""
+def test_an_over_long_line_is_bad_input_that_names_the_line_and_the_fix(tmp_path):
+    """A 3 MB line between two normal ones refuses the file (exit 2 at the CLI): it is not
+    parsed, so nothing of it can be asked or recorded. Before, it became an errored question
+    and the run exited 1, where the docs promise exit 2 for bad input."""
     big = _record("big", "who wrote this " * 200_000, ["x"])
     _jsonl(tmp_path / "D", [_normal("q1", 2), big, _normal("q3", 1)])
-    questions, notes = load_with_warnings("nq", tmp_path / "D")
-    assert [q.id for q in questions] == ["q1", "big", "q3"]
-    out = tmp_path / "run" / "nq.jsonl"
-    out.parent.mkdir()
-    records = {r.id: r for r in evaluate(questions, scripted(), local_retriever,
-                                         AgentSettings(), out, batch_size=8)}
-    error = records["big"].error or ""
-    assert records["big"].stop_reason == "error" and records["big"].turns == 0
-    assert f"test.jsonl:2: the record is {(len(big) - 1) / MB:.1f} MB, over the limit of " \
-           "1.0 MB for one line" in error
-    assert "Shorten or remove that record, then run the same command again" in error
-    assert max(len(line) for line in out.read_bytes().splitlines()) < 64 * 1024
-    assert records["q1"].stop_reason == "answer" and records["q1"].metrics["em"] == 1
-    assert records["q3"].stop_reason == "answer"
-    assert {r.id for r in load_run(out.parent).records["nq"]} == {"q1", "big", "q3"}
-    assert not any("no golden answers" in note for note in notes)  # kept, to be recorded
+    with pytest.raises(DataError) as refused:
+        load_with_warnings("nq", tmp_path / "D")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'D' / 'nq' / 'test.jsonl'}:2: a line of "
+                              f"{(len(big) - 1) / MB:.1f} MB (record id 'big'), over the "
+                              "limit of 1.0 MB for one line of a benchmark file")
+    assert "Shorten or remove that record" in message
+    assert message.endswith("Then run the same command again.")
 
 
 @pytest.mark.slow
-def test_an_over_long_line_through_the_cli_with_a_real_tokenizer(tmp_path, tiny_models):
-    """The path that broke: a tiny Qwen2 model's real tokenizer. A 4 MB line is an error
-    record named in the exit message, the questions beside it are answered, and a resume
-    after the record is fixed runs only that one."""
+def test_an_over_long_line_through_the_cli_is_exit_2_and_runs_once_fixed(tmp_path,
+                                                                          tiny_models):
+    """A 4 MB line: exit 2 naming it, before the model loads and with nothing written; the
+    same command runs every question once the record is fixed."""
     data = tmp_path / "D"
     path = _jsonl(data, [_normal("q1", 0), _record("big", "who wrote this " * 270_000, ["x"]),
                          _normal("q3", 1)])
@@ -271,13 +262,10 @@ def test_an_over_long_line_through_the_cli_with_a_real_tokenizer(tmp_path, tiny_
     args = ["--datasets", "nq", "--data-dir", str(data), "--model",
             str(tiny_models["scripted"]), "--engine", "bm25s", "--output", str(out)]
     done = _cli(*args)
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert "test.jsonl:2: the record is 3.9 MB, over the limit of 1.0 MB" in done.stderr
-    records = {r.id: r for r in load_run(out).records["nq"]}
-    assert set(records) == {"q1", "big", "q3"}
-    assert records["big"].stop_reason == "error"
-    assert records["q1"].stop_reason != "error" and records["q3"].stop_reason != "error"
-    assert (out / "nq.jsonl").stat().st_size < 256 * 1024
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "test.jsonl:2: a line of 3.9 MB (record id 'big'), over the limit of 1.0 MB" \
+        in done.stderr
+    assert not (out / "nq.jsonl").exists()
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + _record("big", "Who wrote this?", ["x"]) + lines[2])
     done = _cli(*args)
@@ -287,18 +275,19 @@ def test_an_over_long_line_through_the_cli_with_a_real_tokenizer(tmp_path, tiny_
 
 
 def test_an_over_long_line_is_never_held_whole(tmp_path):
-    """A 64 MB line is read past in 1 MiB pieces: the peak grows by a few MB, not by the
-    line and its copies (read, decoded, split and parsed: several times 64 MB before)."""
+    """A 64 MB line is read past in 1 MiB pieces to measure it: the peak grows by a few MB,
+    not by the line and its copies (read, decoded, split and parsed: several times 64 MB
+    before)."""
     _jsonl(tmp_path / "warm", [_normal("w", 0)])
     _jsonl(tmp_path / "D", [_normal("q1", 0), _record("big", "x" * (64 * MB), ["x"]),
                             _normal("q3", 1)])
     growth, outcome = _peak_growth(tmp_path / "warm", "load", tmp_path / "D")
-    assert outcome == "3 questions"
+    assert outcome.startswith("DataError: ") and ":2: a line of 64.0 MB" in outcome
     assert growth < 16 * MB, f"peak grew {growth / MB:.0f} MB for a 64 MB line"
 
 
 @pytest.mark.parametrize("layout", ["id-first", "id-last", "no-id", "last-line-unended"])
-def test_an_over_long_record_keeps_its_id_and_the_lines_around_it(tmp_path, layout):
+def test_an_over_long_line_is_named_by_its_line_and_the_id_at_its_ends(tmp_path, layout):
     question = "q" * (MAX_RECORD_BYTES + 10)
     big = {"id-first": _record("big", question, ["x"]),
            "id-last": json.dumps({"question": question, "golden_answers": ["x"], "id": 7}) + "\n",
@@ -307,12 +296,14 @@ def test_an_over_long_record_keeps_its_id_and_the_lines_around_it(tmp_path, layo
     lines = [_normal("q1", 0), big] + ([] if layout == "last-line-unended" else
                                        [_normal("q3", 1)])
     _jsonl(tmp_path, lines)
-    questions, _, _ = load_local(tmp_path, "nq")
-    expected = {"id-first": "big", "id-last": "7", "no-id": "nq_1", "last-line-unended": "big"}
-    assert [q.id for q in questions] == ["q1", expected[layout]] + (
-        [] if layout == "last-line-unended" else ["q3"])
-    assert questions[1].problem.startswith(f"{tmp_path / 'nq' / 'test.jsonl'}:2: the record is")
-    assert questions[0].problem is None and questions[0].question in FACTS
+    size = len(big.rstrip("\n"))
+    named = {"id-first": " (record id 'big')", "id-last": " (record id '7')", "no-id": "",
+             "last-line-unended": " (record id 'big')"}[layout]
+    with pytest.raises(DataError) as refused:
+        load_local(tmp_path, "nq")
+    assert str(refused.value).startswith(
+        f"{tmp_path / 'nq' / 'test.jsonl'}:2: a line of {size / MB:.1f} MB{named}, over the "
+        "limit of 1.0 MB")
 
 
 def test_a_line_at_the_limit_is_a_record_like_any_other(tmp_path):
