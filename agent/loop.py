@@ -191,6 +191,38 @@ def _search(retriever: Retriever, queries: list[str],
     return results, time.perf_counter() - start
 
 
+def _streamed_turn(state: _QuestionState, budget: int, settings: AgentSettings,
+                   cancel: threading.Event | None) -> Iterator[Event | TurnOutput]:
+    """One turn of one question, token by token: the TextDeltas a reader sees, then the
+    turn's TurnOutput (finish "repetition" when the loop's repetition stop ended it)."""
+    window = state.window()
+    output, shown, text = None, "", ""
+    halt = _TurnHalt(cancel)
+    for item in state.backend.stream(state.segments, budget, settings.sampling, halt,
+                                     **({"keep_last": window} if window else {})):
+        if isinstance(item, TurnOutput):
+            output = item
+            break
+        text += item
+        if (settings.stop_repeats and not halt.repeating
+                and repetition.repeated_tail(text, settings.stop_repeats)):
+            halt.repeating = True  # the backend stops at its next token
+        # Shown: what the cut keeps so far. Past a `</answer>` the text is held
+        # back; it joins the turn only if a `</search>` follows (then the cut moves).
+        visible = protocol.cut_turn(text)
+        if len(visible) > len(shown):
+            yield TextDelta(visible[len(shown):])
+            shown = visible
+    if output is None:
+        raise RuntimeError("the backend ended a turn without its TurnOutput")
+    if halt.repeating and not (cancel is not None and cancel.is_set()):
+        output = replace(output, finish="repetition")
+    final = protocol.cut_turn(output.text)
+    if len(final) > len(shown) and final.startswith(shown):  # e.g. a restored tag
+        yield TextDelta(final[len(shown):])
+    yield output
+
+
 def run_agent(question: str, backend: Backend, retriever: Retriever,
               settings: AgentSettings | None = None,
               cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -207,31 +239,12 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
                 yield state.finish("context_full")
                 return
             yield state.turn_started()
-            window = state.window()
-            output, shown, text = None, "", ""
-            halt = _TurnHalt(cancel)
-            for item in backend.stream(state.segments, budget, settings.sampling, halt,
-                                       **({"keep_last": window} if window else {})):
+            output = None
+            for item in _streamed_turn(state, budget, settings, cancel):
                 if isinstance(item, TurnOutput):
                     output = item
-                    break
-                text += item
-                if (settings.stop_repeats and not halt.repeating
-                        and repetition.repeated_tail(text, settings.stop_repeats)):
-                    halt.repeating = True  # the backend stops at its next token
-                # Shown: what the cut keeps so far. Past a `</answer>` the text is held
-                # back; it joins the turn only if a `</search>` follows (then the cut moves).
-                visible = protocol.cut_turn(text)
-                if len(visible) > len(shown):
-                    yield TextDelta(visible[len(shown):])
-                    shown = visible
-            if output is None:
-                raise RuntimeError("the backend ended a turn without its TurnOutput")
-            if halt.repeating and not (cancel is not None and cancel.is_set()):
-                output = replace(output, finish="repetition")
-            final = protocol.cut_turn(output.text)
-            if len(final) > len(shown) and final.startswith(shown):  # e.g. a restored tag
-                yield TextDelta(final[len(shown):])
+                else:
+                    yield item
             events, query, finished = state.take_turn(output)
             yield from events
             if finished is not None:
@@ -242,6 +255,116 @@ def run_agent(question: str, backend: Backend, retriever: Retriever,
                 yield state.add_documents(query, docs[0], seconds)
     except Exception as err:  # shown to the user; the run ends, the front end stays up
         yield state.finish("error", f"{type(err).__name__}: {err}")
+
+
+class _Member:
+    """A question in a LiveBatch: its state, where its events go, its Stop."""
+
+    def __init__(self, state: _QuestionState, emit: Callable[[Event], None],
+                 cancel: threading.Event | None):
+        self.state, self.emit, self.cancel = state, emit, cancel
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
+class LiveBatch:
+    """Questions answered together a turn at a time, which others may join between turns
+    (continuous batching at turn boundaries, as a server does for its visitors).
+
+    A question alone in the batch streams its turn token by token, as `run_agent` does (its
+    Stop and the repetition stop act mid-turn); two or more share one `backend.generate`
+    call and their searches one retriever call, and each turn shows whole. Every question's
+    events go to its own `emit`; the same settings for all (sampling that can't share a
+    batch runs in a batch of its own).
+    """
+
+    def __init__(self, backend: Backend, retriever: Retriever, settings: AgentSettings):
+        self.backend, self.retriever, self.settings = backend, retriever, settings
+        self.members: list[_Member] = []
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def join(self, question: str, emit: Callable[[Event], None],
+             cancel: threading.Event | None = None) -> None:
+        """Add a question; it takes its first turn at the next `step`."""
+        try:
+            state = _QuestionState(question, self.backend, self.settings)
+        except Exception as err:  # its tokenizer refused it: this question ends, not the batch
+            emit(Finished("error", 0, 0, 0, 0.0, "", "", None, 0, [],
+                          f"{type(err).__name__}: {err}"))
+            return
+        self.members.append(_Member(state, emit, cancel))
+
+    def _end(self, member: _Member, finished: Finished) -> None:
+        member.emit(finished)
+        self.members.remove(member)
+
+    def step(self) -> None:
+        """One turn for every question in the batch, its search included."""
+        for member in list(self.members):
+            if member.cancelled:
+                self._end(member, member.state.finish("cancelled"))
+            elif member.state.budget() <= 0:
+                self._end(member, member.state.finish("context_full"))
+        if not self.members:
+            return
+        members = list(self.members)
+        budgets = [m.state.budget() for m in members]
+        for member in members:
+            member.emit(member.state.turn_started())
+        try:
+            outputs = (self._stream_one(members[0], budgets[0]) if len(members) == 1
+                       else self._generate(members, budgets))
+        except Exception as err:
+            for member in members:
+                self._end(member, member.state.finish("error", f"{type(err).__name__}: {err}"))
+            return
+        searching: list[tuple[_Member, str]] = []
+        for member, output in zip(members, outputs, strict=True):
+            events, query, finished = member.state.take_turn(output)
+            for event in events:
+                member.emit(event)
+            if finished is not None:
+                self._end(member, finished)
+            elif query is not None:
+                searching.append((member, query))
+        if not searching:
+            return
+        try:
+            results, seconds = _search(self.retriever, [q for _, q in searching],
+                                       self.settings.topk)
+        except Exception as err:
+            for member, _ in searching:
+                self._end(member, member.state.finish("error", f"{type(err).__name__}: {err}"))
+            return
+        for (member, query), docs in zip(searching, results, strict=True):
+            member.emit(member.state.add_documents(query, docs, seconds))
+
+    def _stream_one(self, member: _Member, budget: int) -> list[TurnOutput]:
+        for item in _streamed_turn(member.state, budget, self.settings, member.cancel):
+            if isinstance(item, TurnOutput):
+                return [item]
+            member.emit(item)
+        raise RuntimeError("the turn ended without its TurnOutput")
+
+    def _generate(self, members: list[_Member], budgets: list[int]) -> list[TurnOutput]:
+        windows = [m.state.window() for m in members]
+        outputs = self.backend.generate([m.state.segments for m in members], budgets,
+                                        self.settings.sampling,
+                                        **({"keep_last": windows} if any(windows) else {}))
+        shown = []
+        for member, output in zip(members, outputs, strict=True):
+            if (self.settings.stop_repeats and output.finish != "stop"
+                    and repetition.repeated_tail(output.text, self.settings.stop_repeats)):
+                output = replace(output, finish="repetition")  # as a streamed turn ends
+            text = protocol.cut_turn(output.text)
+            if text:
+                member.emit(TextDelta(text))
+            shown.append(output)
+        return shown
 
 
 def run_agent_batch(questions: Sequence[str], backend: Backend, retriever: Retriever,

@@ -94,8 +94,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "a GPU); default: what is free when a model loads. Exposed, or "
                             "with this set, models that don't fit are shown unavailable and "
                             "refused (env LLDS_MEMORY_BUDGET_GB)")
-    group.add_argument("--concurrency", type=int, default=int(env("LLDS_CONCURRENCY", "4")),
-                       help="runs the queue serves at once (env LLDS_CONCURRENCY)")
+    group.add_argument("--concurrency", type=int, default=int(env("LLDS_CONCURRENCY", "32")),
+                       help="questions the page takes at once (env LLDS_CONCURRENCY); each "
+                            "model answers those asked of it together, up to --max-batch at "
+                            "once, the rest in line; past this many, visitors wait in "
+                            "Gradio's queue")
+    group.add_argument("--max-batch", type=int, default=int(env("LLDS_MAX_BATCH", "16")),
+                       help="questions one model answers together (env LLDS_MAX_BATCH)")
     group.add_argument("--no-warm-up", action="store_true",
                        help="don't warm the retriever (and a nano default model) at start")
     return parser.parse_args(argv)
@@ -136,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     load = studio_loader(backend_options(args).load)  # ID:q4_k_m names run on llama.cpp
     demo = build_app(load, retriever, default_model=args.model,
                      baseline_model=pair[0], concurrency=args.concurrency,
+                     max_batch=args.max_batch,
                      access=access, compare_pair=pair,
                      capacity=studio_capacity(args, access))
     if not args.no_warm_up:  # while the page loads

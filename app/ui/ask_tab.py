@@ -22,7 +22,7 @@ from app.ui.controls import (
 from app.ui.examples import examples_score
 from app.ui.exports import remove_exports, write_exports
 from app.ui.model_pool import run_model, status_markdown
-from app.ui.run_registry import pump
+from app.ui.run_registry import BUSY_SESSION, SessionBusy, pump
 
 BENCHMARK_EXAMPLES = [  # NQ and HotpotQA style; the small embedded corpus may lack the facts
     "who got the first nobel prize in physics",
@@ -118,7 +118,10 @@ class AskTab:
             return
         question_text = question_text.strip()
         session = session_of(request)
-        handles = studio.runs.start(session, "ask")
+        try:
+            handles = studio.runs.start(session, "ask")
+        except SessionBusy:
+            raise gr.Error(BUSY_SESSION.format(tab="Ask")) from None
         cancel = handles[0]
         transcript = fold.Transcript()
         asked = [fold.question_message(question_text)]

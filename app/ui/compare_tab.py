@@ -15,7 +15,7 @@ from app.ui import transcript as fold
 from app.ui.context import Studio, session_of
 from app.ui.controls import RunButton, reading_check, settings_from_controls, validate_question
 from app.ui.model_pool import run_model
-from app.ui.run_registry import pump
+from app.ui.run_registry import BUSY_SESSION, SessionBusy, pump
 
 COMPARE_SLOTS = ("compare-a", "compare-b")
 COMPARE_LABEL = "Compare"
@@ -100,7 +100,10 @@ class CompareTab:
             return
         question_text = question_text.strip()
         session = session_of(request)
-        handles = [studio.runs.start(session, slot) for slot in COMPARE_SLOTS]
+        try:
+            handles = [studio.runs.start(session, slot) for slot in COMPARE_SLOTS]
+        except SessionBusy:
+            raise gr.Error(BUSY_SESSION.format(tab="Compare")) from None
         cancel = handles[0][0]
         transcripts = [fold.Transcript(), fold.Transcript()]
         asked = [fold.question_message(question_text)]

@@ -39,7 +39,7 @@ class Studio:
     runs: RunRegistry = field(default_factory=RunRegistry)
     default_model: str = DEFAULT_MODEL
     baseline_model: str = DEFAULT_BASELINE
-    concurrency: int = 4
+    concurrency: int = 32
     access: Access = field(default_factory=Access)
     compare_pair: tuple[str, str] | None = None  # (A, B); default (baseline, default model)
     decoding: Decoding = field(default_factory=Decoding)

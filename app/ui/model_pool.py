@@ -19,6 +19,7 @@ from agent.loop import AgentSettings, run_agent
 from agent.models import label, model_ref
 from app.capacity import Capacity, Loaded
 from app.gguf_cache import cached, reporting, runtime_problem
+from app.ui.serving import DEFAULT_MAX_BATCH, ModelServer, Place, ticket_events
 
 BackendFactory = Callable[[str], Backend]
 # One model load at a time in this process: transformers' loader sets process-wide state
@@ -113,8 +114,9 @@ class _Slot:
 class ModelPool:
     """Backends by model id, loaded on first use, each behind its own locks.
 
-    `per_model` runs may use one model at once (1: a run holds the model for all its
-    turns, so its KV cache stays valid); `max_loaded` models stay in memory, the least
+    `per_model` runs may use one model at once: the visitors' questions to a model are one
+    run (its `server`, which batches them, `max_batch` at once), an Evaluate run another;
+    `max_loaded` models stay in memory, the least
     recently used idle one is dropped to make room. With a `capacity`, each load is checked
     against the memory and disk free at that moment, and least recently used idle models
     are dropped until the new one fits; one that can't fit is refused with the reason.
@@ -122,7 +124,7 @@ class ModelPool:
 
     def __init__(self, factory: BackendFactory, per_model: int = 1, max_loaded: int = 2,
                  check: Callable[[str], str | None] | None = None,
-                 capacity: Capacity | None = None):
+                 capacity: Capacity | None = None, max_batch: int = DEFAULT_MAX_BATCH):
         self.factory = factory
         # Why a model may not be loaded here (the studio's access policy), or None.
         self.check = check
@@ -130,7 +132,19 @@ class ModelPool:
         self.per_model = per_model
         self.max_loaded = max_loaded
         self._slots: dict[str, _Slot] = {}
+        self._servers: dict[str, ModelServer] = {}
         self._lock = threading.Lock()
+        self.max_batch = max_batch
+
+    def server(self, model: str, retriever) -> ModelServer:
+        """The model's line and batched runs (made on first use)."""
+        model = model_ref(model)
+        with self._lock:
+            if model not in self._servers:
+                self._servers[model] = ModelServer(
+                    lambda: self.get(model), retriever, lambda: self.hold(model),
+                    lambda: self.release(model), self.max_batch)
+            return self._servers[model]
 
     def _slot(self, model: str) -> _Slot:
         with self._lock:
@@ -304,6 +318,27 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
             return
         seconds = time.perf_counter() - started
         yield ModelStatus(model, "ready", f"Loaded in {seconds:.1f} s.", seconds)
+    if zero_gpu():  # a ZeroGPU Space: the GPU is lent to one request's own thread
+        yield from _run_alone(pool, model, question, retriever, settings, cancel)
+        return
+    server = pool.server(model, retriever)
+    waited = False
+    for item in ticket_events(server, server.submit(question, settings, cancel)):
+        if isinstance(item, Place):
+            waited = True
+            yield ModelStatus(model, "waiting", f"Waiting for this model: {item.words()}")
+        elif isinstance(item, ModelLoadError):
+            yield ModelStatus(model, "failed", str(item))
+        else:
+            if waited:
+                waited = False
+                yield ModelStatus(model, "ready", "Your question's turn: it runs now.")
+            yield item
+
+
+def _run_alone(pool: ModelPool, model: str, question: str, retriever,
+               settings: AgentSettings, cancel: threading.Event) -> Iterator:
+    """One run holding the model for all its turns (no batching)."""
     waited = False
     if not pool.hold(model, cancel, timeout=0.0):
         waited = True
@@ -320,6 +355,13 @@ def run_model(pool: ModelPool, model: str, question: str, retriever, settings: A
         yield ModelStatus(model, "failed", str(err))
     finally:
         pool.release(model)
+
+
+def zero_gpu() -> bool:
+    """On Hugging Face ZeroGPU hardware (its `spaces` package is installed)."""
+    import importlib.util
+
+    return importlib.util.find_spec("spaces") is not None
 
 
 def first_load_note(model: str) -> str:

@@ -12,20 +12,35 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 
+BUSY_SESSION = ("This session already has a question running in {tab}: wait for its answer "
+                "or press Stop. An API client runs one question per session at a time: "
+                "open one Client for each question to run at once.")
+
+
+class SessionBusy(RuntimeError):
+    """The session already has a run going in that slot."""
+
 
 class RunRegistry:
-    """The cancel event of each browser session's current run, by (session, slot)."""
+    """The cancel event of each browser session's current run, by (session, slot).
+
+    One run per session and slot: a browser disables its button while a run goes, and an
+    API client that sends a second call on the same session (one `gradio_client.Client`
+    is one session) gets `SessionBusy`, said to it as a refusal, instead of its first run
+    being stopped under it.
+    """
 
     def __init__(self):
         self._runs: dict[tuple[str, str], tuple[threading.Event, threading.Event]] = {}
         self._lock = threading.Lock()
 
     def start(self, session: str, slot: str) -> tuple[threading.Event, threading.Event]:
-        """(cancel, done) for a new run; a run still going in the same slot is cancelled."""
+        """(cancel, done) for a new run; SessionBusy while one goes in the same slot (one
+        already stopped, still ending, is let go)."""
         with self._lock:
             old = self._runs.get((session, slot))
-            if old is not None:
-                old[0].set()
+            if old is not None and not old[0].is_set() and not old[1].is_set():
+                raise SessionBusy(slot)
             events = (threading.Event(), threading.Event())
             self._runs[(session, slot)] = events
             return events

@@ -12,6 +12,7 @@ from app.ui import ask_tab, compare_tab, curves_tab, evaluate_tab
 from app.ui.access import Access
 from app.ui.context import Studio
 from app.ui.model_pool import BackendFactory, ModelPool
+from app.ui.serving import DEFAULT_MAX_BATCH
 
 MAX_FILE_SIZE = "200mb"  # uploads (training logs); passed to launch()
 EXPORT_CACHE_LIFETIME = (3600, 86400)  # Gradio's delete_cache: (every s, older than s)
@@ -45,7 +46,8 @@ STUDIO_CSS = f"""
 
 def build_app(backend_factory: BackendFactory, retriever, *,
               default_model: str = DEFAULT_MODEL, baseline_model: str = DEFAULT_BASELINE,
-              concurrency: int = 4, per_model: int = 1, max_loaded: int = 2,
+              concurrency: int = 32, per_model: int = 1, max_loaded: int = 2,
+              max_batch: int = DEFAULT_MAX_BATCH,
               pool: ModelPool | None = None, access: Access | None = None,
               compare_pair: tuple[str, str] | None = None,
               capacity: Capacity | None = None) -> gr.Blocks:
@@ -57,7 +59,7 @@ def build_app(backend_factory: BackendFactory, retriever, *,
     shown unavailable and refused, and loads drop idle models to make room.
     """
     access = access or Access()
-    pool = pool or ModelPool(backend_factory, per_model, max_loaded)
+    pool = pool or ModelPool(backend_factory, per_model, max_loaded, max_batch=max_batch)
     if capacity is not None:
         pool.capacity = capacity
     pool.check = access.model_problem
