@@ -23,6 +23,7 @@ import os
 import re
 import stat
 import struct
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -159,12 +160,8 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
     first = lines[0].lstrip("\ufeff").strip()
     if first.startswith("{") and '"log_history"' in text:
         return "trainer-state"
-    if first.startswith("{"):
-        try:
-            if isinstance(json.loads(first), dict):
-                return "jsonl"
-        except ValueError:
-            pass
+    if first.startswith(("{", "[")) and _is_json_lines_record(first):
+        return "jsonl"
     header = _csv_header(first)
     if header and any(col in STEP_COLUMNS for col in header):
         return "wandb-csv" if _is_wandb_header(header) else "csv"
@@ -184,6 +181,18 @@ def detect_format(path: str, max_bytes: int = MAX_BYTES) -> str:
         f"unknown format: no step lines, step column or step field found. We read: "
         f"{KNOWN_FORMATS_TEXT}"
     )
+
+
+def _is_json_lines_record(line: str) -> bool:
+    """Whether `line` is a JSON object, or JSON nested too deeply to parse (no console log
+    or CSV line is): the JSON-lines reader skips that one line, and it must not hide the
+    rows after it."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
 
 
 def _first_line(path: str) -> str:
@@ -605,6 +614,7 @@ def read_jsonl_log(path: str) -> ParsedFile:
     segments = _Segments()
     bad_lines = 0
     no_step = 0
+    too_deep = 0
     last_line_bad = False
     with open(path, encoding="utf-8", errors="strict") as handle:
         lines = _Lines(handle)
@@ -614,6 +624,10 @@ def read_jsonl_log(path: str) -> ParsedFile:
                     continue
                 try:
                     record = json.loads(line)
+                except RecursionError:  # '[' * 100000: that line alone, not the file
+                    too_deep += 1
+                    last_line_bad = False
+                    continue
                 except ValueError:
                     bad_lines += 1
                     last_line_bad = True
@@ -648,9 +662,13 @@ def read_jsonl_log(path: str) -> ParsedFile:
         notes.append(f"{bad_lines} line(s) were not valid JSON objects and were skipped"
                      + (" (the last line is incomplete: was the file truncated?)"
                         if last_line_bad else ""))
+    if too_deep:
+        notes.append(f"{too_deep} line(s) were nested too deeply to read (JSON arrays or "
+                     f"objects over ~{sys.getrecursionlimit():,} levels deep, which no "
+                     "log writes) and were skipped")
     if no_step:
         notes.append(f"{no_step} line(s) had no numeric step field and were skipped")
-    return ParsedFile(path, "jsonl", runs, bad_lines + no_step, notes)
+    return ParsedFile(path, "jsonl", runs, bad_lines + too_deep + no_step, notes)
 
 
 # --------------------------------------------------------------------------- CSV / W&B

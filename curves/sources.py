@@ -252,7 +252,7 @@ def _wandb_config(folder: Path, notes: list[str] | None = None) -> dict[str, str
 
     try:
         raw = yaml.safe_load(data.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError):
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError):  # nested past the limit
         return {}
     if not isinstance(raw, dict):
         return {}
@@ -285,7 +285,7 @@ def _json_object(path: Path, notes: list[str] | None = None) -> dict:
         return {}
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):  # a bad side file: the run stays
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -118,7 +118,7 @@ def _records(handle: BinaryIO, notes: list[str]) -> Iterator[bytes]:
 def _number(value_json: str) -> float | None:
     try:
         value = json.loads(value_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # one value nested past the limit: not a number
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -196,5 +196,5 @@ def _update_config(config: dict[str, object], items) -> None:
             continue
         try:
             config[key] = json.loads(item.value_json)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
