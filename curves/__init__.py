@@ -6,7 +6,7 @@ out. Nothing it is given can make it raise; per-file problems become messages.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from curves.analysis import SUMMARY_COLUMNS, PhaseRule, RunAnalysis, analyse_run, summary_table
-from curves.parse import LogFormatError
+from curves.parse import LogFormatError, ParsedFile
 from curves.plots import ROUNDING_NOTE, Panel, build_panels
 from curves.runs import TrainingRun, normalise_method
 from curves.seeds import BANDS
@@ -58,7 +58,9 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
                     metrics: Sequence[str] = (), rule: PhaseRule | None = None,
                     band: str | None = None,
                     aliases: dict[str, str] | None = None,
-                    marked: Sequence[str] | None = None) -> AnalysisResult:
+                    marked: Sequence[str] | None = None,
+                    read: Callable[[str, dict[str, str] | None], ParsedFile] = read_source,
+                    ) -> AnalysisResult:
     """Read every file or log folder, analyse every run, build the figures and the summary.
 
     labels: run name -> "GRPO" | "LLDS", overriding the guess from the name.
@@ -66,6 +68,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     band: "minmax" or "se" draws runs that differ only by seed as a mean with that band.
     aliases: raw column -> recognised key (curves.runs.column_aliases), a visitor's names.
     marked: the runs whose phases and collapse are marked on the plots (None: every run).
+    read: how a path is read (`read_source`; the studio's keeps what it read of an upload).
     """
     rule = rule or PhaseRule()
     messages: list[Message] = []
@@ -73,7 +76,7 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     for path in paths:
         source = Path(path).name
         try:
-            parsed = read_source(path, aliases)
+            parsed = read(path, aliases)
         except LogFormatError as exc:
             messages.append(Message("error", str(exc), source))
             continue

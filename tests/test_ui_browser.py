@@ -271,6 +271,19 @@ def test_training_curves_tab_plots_and_survives_a_bad_file(page, tmp_path):
     expect(page.locator(".js-plotly-plot").first).to_be_visible(timeout=60_000)
     expect(page.locator("#curves-summary")).to_contain_text("synthetic-grpo")
     page.screenshot(path=str(ARTIFACTS / "curves.png"), full_page=True)
+    # Read once, the uploads are gone from the server (none left in Gradio's upload folder);
+    # a changed setting re-plots from what was read.
+    from gradio.utils import get_upload_folder
+
+    from app.ui.uploads import UPLOADS
+
+    left = [p for p in Path(get_upload_folder()).rglob("*")
+            if p.name in (log.name, bad.name)]
+    assert left == [] and UPLOADS.held() == 0
+    page.get_by_label("Annotate phases").uncheck()
+    page.locator("#curves-analyze").click()
+    expect(page.locator("#curves-summary")).to_contain_text("synthetic-grpo")
+    expect(page.locator("#curves-messages")).not_to_contain_text("removed")
 
 
 def test_evaluate_tab_scores_a_sample(page, tmp_path, monkeypatch):

@@ -8,8 +8,10 @@ they are, what they show and what their likelihood did.
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import gradio as gr
 from agent.models import ROOT
 from app.ui.context import Studio
 from app.ui.transcript import escape
+from app.ui.uploads import UPLOADS
 
 PLOT_SLOTS = 16  # more than the panels curves draws for a verl log, so none is cut
 BUNDLED_RUNS = ROOT / "assets" / "nano-runs"
@@ -229,6 +232,40 @@ def label_rows(table) -> dict[str, str]:
             if len(r) >= 2 and r[0] and r[1] and str(r[0]).strip()}
 
 
+
+READ_KEPT = 64  # uploads whose reading is kept (LRU): a changed setting re-plots from memory
+_read: collections.OrderedDict = collections.OrderedDict()
+_read_lock = threading.Lock()
+
+
+def read_once(path: str, aliases: dict[str, str] | None):
+    """`curves.sources.read_source`, except that an upload is read once and then removed
+    from the server (app/ui/uploads.py): what was read is kept in memory, so changing the
+    smoothing or a label re-plots without the file."""
+    from curves.parse import LogFormatError
+    from curves.sources import read_source
+
+    key = (str(path), tuple(sorted((aliases or {}).items())))
+    with _read_lock:
+        if key in _read:
+            _read.move_to_end(key)
+            return _read[key]
+    if not UPLOADS.is_upload(path):
+        if not Path(path).exists() and any(k[0] == str(path) for k in _read):
+            raise LogFormatError("this upload was removed from the server once read; to read "
+                                 "it with other column names, upload it again")
+        return read_source(path, aliases)  # the bundled logs, a path on the server's disk
+    try:
+        parsed = read_source(path, aliases)
+    finally:
+        UPLOADS.release(path)  # read (or refused): the file goes now either way
+    with _read_lock:
+        _read[key] = parsed
+        while len(_read) > READ_KEPT:
+            _read.popitem(last=False)
+    return parsed
+
+
 class CurvesTab:
     """The tab's widgets, and its handlers: each returns {component: update}."""
 
@@ -334,7 +371,7 @@ class CurvesTab:
         try:
             result = analyze_uploads(paths, labels=changed, smoothing=float(weight),
                                      annotate=bool(notes), band=band, aliases=aliases,
-                                     marked=chosen)
+                                     marked=chosen, read=read_once)
             if bundled:
                 self.name_by_folder(result, float(weight), bool(notes), band, chosen)
         except Exception as err:  # analyze_uploads should not raise; stay up if it does

@@ -82,7 +82,13 @@ def build_app(backend_factory: BackendFactory, retriever, *,
 
 def launch_options(host: str = "127.0.0.1", port: int | None = 7860, share: bool = False,
                    **extra) -> dict:
-    """Keyword arguments for `demo.launch`: loopback by default, the upload size limit, the
-    studio's CSS (Gradio 6 takes it at launch)."""
+    """Keyword arguments for `demo.launch`: loopback by default, the upload size limit and
+    guard, the studio's CSS (Gradio 6 takes it at launch)."""
+    from starlette.middleware import Middleware
+
+    from app.ui.uploads import UploadGuard
+
     return {"server_name": host, "server_port": port, "share": share,
-            "max_file_size": MAX_FILE_SIZE, "css": STUDIO_CSS, **extra}
+            "max_file_size": MAX_FILE_SIZE, "css": STUDIO_CSS,
+            # Each upload capped and removed once read (app/ui/uploads.py).
+            "app_kwargs": {"middleware": [Middleware(UploadGuard)]}, **extra}
