@@ -74,3 +74,18 @@ def test_nano_benchmark_on_naturalqa_counts_how_each_run_went(tmp_path):
     assert sum(t["right"] for t in taught.values()) == with_docs["outcomes"]["right"]
     assert "(a) by whether the data generator asks for that answer about that article: " \
         "taught " in run.stdout
+
+
+@pytest.mark.slow
+def test_visitors_benchmark_as_the_docs_give_it(tmp_path):
+    """`python -m benchmarks.visitors` on a small round: the real app on loopback, three
+    visitors at once each get their own trajectory, and the report names its CPU."""
+    out = tmp_path / "figures.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.visitors", "--visitors", "1,3",
+                          "--modes", "batched", "--json", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (batched,) = json.loads(out.read_text())
+    together = batched["rounds"]["3"]
+    assert together["errors"] == 0 and together["own"] == together["asked"] == 3
+    assert run.stdout.startswith("CPU: ") and "x one visitor's p50" in run.stdout

@@ -1,0 +1,226 @@
+"""Many visitors at once against the studio, through its HTTP API, batched serving against
+one question at a time in the same run.
+
+    python -m benchmarks.visitors [--visitors 1,4,10,20] [--soak-minutes 10]
+                                  [--model nano] [--questions assets/naturalqa/test.jsonl]
+
+For each way of serving (`--max-batch 16`, the default, and `--max-batch 1`, one question
+of a model at a time as before batching) it starts `python app.py` offline on a loopback
+port and:
+1. asks the first 20 questions one at a time: the one-visitor latency, and each question's
+   trajectory alone (the reference every later answer is checked against);
+2. for each count in --visitors, that many visitors at once (a gradio_client each, each its
+   own question): p50 / p95 / max seconds to the final answer, errors, how many trajectories
+   equal their question's alone (each visitor got their own answer), the app's peak RSS;
+3. with --soak-minutes (batched serving only), 4 visitors asking again and again for that
+   long: the longest wait before a question started (its latency less its run time, from
+   the stats line) against the longest run.
+Goal: 20 visitors' p95 within 3x one visitor's p50, and in the soak no wait longer than twice
+the longest run. Prints the CPU the figures came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from agent.testing import ROOT, free_port, start_process, stop_process
+
+ASK = (True, 0.7, 1.0, 4, 3, 500, True)  # greedy, temp, top-p, turns, k, tokens, repeats
+RUN_SECONDS = re.compile(r"· ([\d.]+) s ·")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+class Studio:
+    """`python app.py` on a loopback port, and its peak RSS while a round runs."""
+
+    def __init__(self, model: str, max_batch: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.process = start_process(["app.py", "--port", str(self.port), "--model", model,
+                                      "--max-batch", str(max_batch)], self.url, timeout=300,
+                                     env={"HF_HUB_OFFLINE": "1"})
+        self.peak = 0
+        self._watching = False
+
+    def rss(self) -> int:
+        import psutil
+
+        return psutil.Process(self.process.pid).memory_info().rss
+
+    def watch(self) -> None:
+        self.peak, self._watching = self.rss(), True
+
+        def sample():
+            while self._watching:
+                self.peak = max(self.peak, self.rss())
+                time.sleep(0.2)
+
+        threading.Thread(target=sample, daemon=True).start()
+
+    def unwatch(self) -> int:
+        self._watching = False
+        return self.peak
+
+    def close(self) -> None:
+        stop_process(self.process)
+
+
+def ask(url: str, question: str, model: str) -> tuple[float, str, float | None, str | None]:
+    """(seconds to the final answer, trajectory, run seconds from the stats line, error)."""
+    from gradio_client import Client
+
+    client = Client(url, verbose=False)
+    started = time.perf_counter()
+    try:
+        chat, stats, raw, *_ = client.predict(question, model, *ASK, api_name="/ask")
+    except Exception as err:  # counted, not raised: an error is one of the figures
+        return time.perf_counter() - started, "", None, f"{type(err).__name__}: {err}"
+    seconds = time.perf_counter() - started
+    found = RUN_SECONDS.search(stats or "")
+    return seconds, raw or "", float(found.group(1)) if found else None, None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
+    studio = Studio(args.model, max_batch)
+    try:
+        ask(studio.url, questions[0], args.model)  # the model loaded and warm
+        alone, latencies = {}, []
+        studio.watch()
+        for question in questions[:max(args.visitors)]:
+            seconds, trajectory, _, error = ask(studio.url, question, args.model)
+            alone[question] = trajectory if error is None else None
+            latencies.append(seconds)
+        rounds = {1: summary(latencies, [alone[q] is not None for q in alone], [],
+                             studio.unwatch())}
+        for count in [c for c in args.visitors if c > 1]:
+            studio.watch()
+            with ThreadPoolExecutor(count) as pool:
+                results = list(pool.map(lambda q: ask(studio.url, q, args.model),
+                                        questions[:count]))
+            own = [trajectory == alone.get(q) and trajectory != ""
+                   for q, (_, trajectory, _, _) in zip(questions, results, strict=False)]
+            rounds[count] = summary([r[0] for r in results], own,
+                                    [r[3] for r in results if r[3]], studio.unwatch())
+        soak = (run_soak(studio.url, args, questions) if args.soak_minutes and max_batch > 1
+                else None)  # the soak: the studio as it serves (batched)
+        return {"mode": mode, "rounds": rounds, "soak": soak}
+    finally:
+        studio.close()
+
+
+def summary(latencies: list[float], own: list[bool], errors: list[str], peak: int) -> dict:
+    return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95),
+            "max": max(latencies), "errors": len(errors), "own": sum(own),
+            "asked": len(latencies), "peak_rss_gb": peak / 1e9,
+            "first_error": errors[0] if errors else None}
+
+
+def run_soak(url: str, args, questions: list[str]) -> dict:
+    """4 visitors asking in turn for --soak-minutes: waits against runs."""
+    deadline = time.monotonic() + 60 * args.soak_minutes
+    waits, runs, errors = [], [], 0
+    lock = threading.Lock()
+
+    def visitor(k: int) -> None:
+        nonlocal errors
+        n = k
+        while time.monotonic() < deadline:
+            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model)
+            n += 4
+            with lock:
+                if error or run is None:
+                    errors += 1
+                else:
+                    runs.append(run)
+                    waits.append(max(0.0, seconds - run))
+
+    threads = [threading.Thread(target=visitor, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"questions": len(runs), "errors": errors, "longest_wait": max(waits, default=0.0),
+            "longest_run": max(runs, default=0.0), "wait_p95": percentile(waits, 0.95)
+            if waits else 0.0}
+
+
+def print_report(results: list[dict], args) -> None:
+    print(f"CPU: {cpu_name()}; model {args.model}; visitors {args.visitors}")
+    print("| serving | visitors | p50 s | p95 s | max s | errors | own answer | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for result in results:
+        for count, r in result["rounds"].items():
+            print(f"| {result['mode']} | {count} | {r['p50']:.1f} | {r['p95']:.1f} | "
+                  f"{r['max']:.1f} | {r['errors']} | {r['own']}/{r['asked']} | "
+                  f"{r['peak_rss_gb']:.2f} GB |")
+    by_mode = {r["mode"]: r["rounds"] for r in results}
+    top = max(args.visitors)
+    for mode, rounds in by_mode.items():
+        ratio = rounds[top]["p95"] / rounds[1]["p50"]
+        print(f"{mode}: {top} visitors' p95 is {ratio:.1f}x one visitor's p50 "
+              f"(goal <= 3x: {'met' if ratio <= 3 else 'not met'})")
+    if {"batched", "one at a time"} <= set(by_mode):
+        print(f"one at a time / batched, p95 at {top} visitors: "
+              f"{by_mode['one at a time'][top]['p95'] / by_mode['batched'][top]['p95']:.2f}x")
+    for result in results:
+        soak = result["soak"]
+        if soak:
+            ok = soak["longest_wait"] <= 2 * soak["longest_run"]
+            print(f"{result['mode']} soak ({args.soak_minutes} min, 4 visitors): "
+                  f"{soak['questions']} answered, {soak['errors']} errors, longest wait "
+                  f"{soak['longest_wait']:.1f} s, wait p95 {soak['wait_p95']:.1f} s, longest run "
+                  f"{soak['longest_run']:.1f} s (goal wait <= 2x run: "
+                  f"{'met' if ok else 'not met'})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.visitors",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--visitors", default="1,4,10,20",
+                        type=lambda s: sorted({int(x) for x in s.split(",")} | {1}))
+    parser.add_argument("--soak-minutes", type=float, default=0.0)
+    parser.add_argument("--model", default="nano")
+    parser.add_argument("--questions", type=Path,
+                        default=ROOT / "assets" / "naturalqa" / "test.jsonl")
+    parser.add_argument("--modes", default="batched,one at a time")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    lines = args.questions.read_text(encoding="utf-8").splitlines()
+    questions = list(dict.fromkeys(json.loads(line)["question"] for line in lines if line))
+    if len(questions) < max(args.visitors):
+        parser.error(f"{args.questions} has {len(questions)} questions; --visitors asks for "
+                     f"{max(args.visitors)}")
+    modes = {"batched": 16, "one at a time": 1}
+    results = [serve(mode, modes[mode], args, questions)
+               for mode in args.modes.split(",") if mode in modes]
+    print_report(results, args)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
