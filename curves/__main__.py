@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m curves") -> int:
     parser.add_argument("files", nargs="+", metavar="PATH",
                         help="verl console log, W&B parquet/CSV export or history JSON lines, "
                              "CSV, TensorBoard event file or logdir, W&B run folder or .wandb "
-                             "file, MLflow mlruns/ folder")
+                             "file, MLflow mlruns/ folder, TRL trainer_state.json or a folder "
+                             "(output or checkpoint) holding one")
     parser.add_argument("--label", action="append", default=[], metavar="NAME=GRPO|LLDS",
                         help="override the method guessed from a run's name (repeatable)")
     parser.add_argument("--out", default="curves_report.html", help="HTML report path")

@@ -89,3 +89,12 @@ def test_visitors_benchmark_as_the_docs_give_it(tmp_path):
     together = batched["rounds"]["3"]
     assert together["errors"] == 0 and together["own"] == together["asked"] == 3
     assert run.stdout.startswith("CPU: ") and "x one visitor's p50" in run.stdout
+
+
+@pytest.mark.slow
+def test_trl_llds_benchmark_prints_the_cost_ratio():
+    run = subprocess.run([sys.executable, "-m", "benchmarks.trl_llds", "--steps", "2",
+                          "--repeats", "1"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "CPU: " in run.stdout and "LLDS / plain: " in run.stdout
