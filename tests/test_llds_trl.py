@@ -23,7 +23,7 @@ def reward_by_length(completions, **_):
     return [float(len(c)) / 100 for c in completions]
 
 
-def train(model_dir, out, llds_lambda: float, steps: int = 3):
+def train(model_dir, out, llds_lambda: float, steps: int = 3, report_to="none"):
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig
@@ -35,7 +35,7 @@ def train(model_dir, out, llds_lambda: float, steps: int = 3):
     config = GRPOConfig(output_dir=str(out), max_steps=steps, learning_rate=1e-2, seed=0,
                         per_device_train_batch_size=4, num_generations=4,
                         max_completion_length=8, num_iterations=2, beta=0.001,
-                        logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
+                        logging_steps=1, save_strategy="no", report_to=report_to, use_cpu=True,
                         dataloader_num_workers=0)
     trainer = LLDSGRPOTrainer(model=str(model_dir), reward_funcs=reward_by_length,
                               args=config, processing_class=tokenizer,
@@ -49,8 +49,20 @@ def train(model_dir, out, llds_lambda: float, steps: int = 3):
 @pytest.fixture(scope="module")
 def runs(tiny_models, tmp_path_factory):
     root = tmp_path_factory.mktemp("trl")
-    return {"grpo": train(tiny_models["random"], root / "trl-grpo", 0.0),
-            "llds": train(tiny_models["random"], root / "trl-llds", 0.1), "root": root}
+    patch = pytest.MonkeyPatch()
+    patch.setenv("WANDB_MODE", "offline")  # W&B's own offline run folder, no account
+    patch.setenv("WANDB_DIR", str(root))
+    patch.setenv("WANDB_SILENT", "true")
+    patch.setenv("MLFLOW_TRACKING_URI", (root / "mlruns").as_uri())
+    patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # the store the curves tool reads
+    try:
+        grpo = train(tiny_models["random"], root / "trl-grpo", 0.0,
+                     report_to=["wandb", "mlflow"])
+    finally:
+        patch.undo()
+    return {"grpo": grpo,
+            "llds": train(tiny_models["random"], root / "trl-llds", 0.1,
+                          report_to="tensorboard"), "root": root}
 
 
 def test_a_real_trl_run_logs_the_displacement_metrics(runs):
@@ -153,3 +165,36 @@ def test_the_worked_example_as_the_docs_give_it(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stderr[-2000:]
     assert "grpo" in cli.stdout and "LLDS" in cli.stdout and report.is_file()
+
+
+def test_the_same_run_logged_to_tensorboard_reads_as_its_trainer_state(runs):
+    """TRL's names as the HF Trainer writes them to TensorBoard (`train/reward`,
+    `train/actor/loss_noreduce`) map to the same metrics as in trainer_state.json."""
+    from curves import analyze_uploads
+
+    events = sorted((runs["root"] / "trl-llds").rglob("events.out.tfevents.*"))
+    assert events, "TRL wrote no TensorBoard log"
+    (board,) = analyze_uploads([str(events[0].parent)]).runs
+    (state,) = analyze_uploads([str(runs["root"] / "trl-llds" / "trainer_state.json")]).runs
+    for key in ("reward", "actor/pos_avg_old_log_prob", "actor/loss_noreduce"):
+        found = [c for c in board.table.columns if c.endswith(key)]
+        assert found, (key, list(board.table.columns))
+        assert board.table[found[0]].dropna().to_numpy() == pytest.approx(
+            state.table[key].dropna().to_numpy(), rel=1e-5)
+
+
+def test_the_same_run_logged_to_wandb_and_mlflow_reads_as_its_trainer_state(runs):
+    from curves import analyze_uploads
+
+    (state,) = analyze_uploads([str(runs["root"] / "trl-grpo" / "trainer_state.json")]).runs
+    wandb_runs = sorted((runs["root"] / "wandb").glob("offline-run-*"))
+    assert wandb_runs, "TRL wrote no W&B run"
+    for source in (wandb_runs[0], runs["root"] / "mlruns"):
+        result = analyze_uploads([str(source)])
+        assert result.runs, [m.text for m in result.messages]
+        table = result.runs[0].table
+        for key in ("reward", "actor/pos_avg_old_log_prob"):
+            found = [c for c in table.columns if c.endswith(key)]
+            assert found, (source.name, key, list(table.columns))
+            assert table[found[0]].dropna().to_numpy() == pytest.approx(
+                state.table[key].dropna().to_numpy(), rel=1e-5), (source.name, key)
