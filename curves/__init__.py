@@ -6,6 +6,7 @@ out. Nothing it is given can make it raise; per-file problems become messages.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,9 @@ def analyze_uploads(paths: list[str], labels: dict[str, str] | None = None,
     return AnalysisResult(runs, analyses, panels, summary, messages, rule)
 
 
+_HASHED = re.compile(r"[0-9a-f]{16,}")  # a folder named by a hash (Gradio's uploads)
+
+
 def _prefer_exports(runs: list[TrainingRun], messages: list[Message]) -> list[TrainingRun]:
     """Same run from a console log and a W&B/TensorBoard export: keep the unrounded one.
     Same name from two other files: keep both, made unique with the file name."""
@@ -135,8 +139,12 @@ def _prefer_exports(runs: list[TrainingRun], messages: list[Message]) -> list[Tr
                                         Path(dropped.source).name))
             group = exact
         if len(group) > 1:
-            for run, where in zip(group, _distinct_tails([Path(r.source) for r in group]),
-                                  strict=True):
+            tails = _distinct_tails([Path(r.source) for r in group])
+            if any(_HASHED.fullmatch(part) for tail in tails for part in Path(tail).parts):
+                # Uploads (one hashed temp folder each, e.g. two TRL trainer_state.json):
+                # the server's paths mean nothing to the visitor; their order does.
+                tails = [f"file {i}" for i in range(1, len(group) + 1)]
+            for run, where in zip(group, tails, strict=True):
                 run.name = f"{name} ({where})"
         kept.extend(group)
     # Keep upload order.

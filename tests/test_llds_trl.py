@@ -198,3 +198,45 @@ def test_the_same_run_logged_to_wandb_and_mlflow_reads_as_its_trainer_state(runs
             assert found, (source.name, key, list(table.columns))
             assert table[found[0]].dropna().to_numpy() == pytest.approx(
                 state.table[key].dropna().to_numpy(), rel=1e-5), (source.name, key)
+
+
+def test_a_trl_user_uploads_both_runs_and_sees_grpo_against_llds_in_the_studio(runs,
+                                                                             browser):
+    """In Chromium, as a visitor: the two runs' trainer_state.json files (the same name, as
+    TRL writes them) uploaded to the Training-curves tab: both plotted, told apart by the
+    LLDS weight each logged."""
+    from playwright.sync_api import expect
+
+    from agent.testing import free_port
+    from app.ui import build_app, launch_options
+    from tests.browser import ARTIFACTS, open_tab, require_chromium
+
+    require_chromium()
+
+    class NoDocuments:
+        def search(self, queries, topk=3):
+            return [[] for _ in queries]
+
+    demo = build_app(lambda model: None, NoDocuments())
+    port = free_port()
+    demo.launch(**launch_options(port=port, prevent_thread_lock=True, quiet=True))
+    context = browser.new_context(viewport={"width": 1400, "height": 1100})
+    try:
+        page = context.new_page()
+        page.goto(f"http://127.0.0.1:{port}/")
+        open_tab(page, "Training curves")
+        files = [str(runs["root"] / f"trl-{name}" / "trainer_state.json")
+                 for name in ("grpo", "llds")]
+        page.locator("#curves-files input[type=file]").set_input_files(files)
+        summary = page.locator("#curves-summary")
+        expect(summary).to_contain_text("LLDS", timeout=120_000)
+        expect(summary).to_contain_text("GRPO")
+        # Named by their order, not by the server's hashed upload folders.
+        expect(summary).to_contain_text("trainer_state (file 1)")
+        expect(summary).to_contain_text("trainer_state (file 2)")
+        likelihood = page.locator(".js-plotly-plot").filter(has_text="Likelihood").first
+        expect(likelihood).to_be_visible()
+        page.screenshot(path=str(ARTIFACTS / "curves-trl.png"), full_page=True)
+    finally:
+        context.close()
+        demo.close()
