@@ -233,37 +233,47 @@ def label_rows(table) -> dict[str, str]:
 
 
 
-READ_KEPT = 64  # uploads whose reading is kept (LRU): a changed setting re-plots from memory
-_read: collections.OrderedDict = collections.OrderedDict()
-_read_lock = threading.Lock()
+KEPT_BYTES = 256 * 1024 * 1024  # uploads kept in memory once read (least recently used go)
+_kept: collections.OrderedDict[str, bytes] = collections.OrderedDict()
+_gone: set[str] = set()  # uploads read and later dropped from memory
+_kept_lock = threading.Lock()
 
 
 def read_once(path: str, aliases: dict[str, str] | None):
-    """`curves.sources.read_source`, except that an upload is read once and then removed
-    from the server (app/ui/uploads.py): what was read is kept in memory, so changing the
-    smoothing or a label re-plots without the file."""
+    """`curves.sources.read_source`, except that an upload is read from the server's disk
+    once and removed from it (app/ui/uploads.py); its bytes stay in memory, so a changed
+    setting or a column named afterwards reads it again from there (through a temporary
+    copy, removed at once)."""
+    import tempfile
+
     from curves.parse import LogFormatError
     from curves.sources import read_source
 
-    key = (str(path), tuple(sorted((aliases or {}).items())))
-    with _read_lock:
-        if key in _read:
-            _read.move_to_end(key)
-            return _read[key]
-    if not UPLOADS.is_upload(path):
-        if not Path(path).exists() and any(k[0] == str(path) for k in _read):
-            raise LogFormatError("this upload was removed from the server once read; to read "
-                                 "it with other column names, upload it again")
+    path = str(path)
+    if UPLOADS.is_upload(path):
+        try:
+            data = Path(path).read_bytes()
+        finally:
+            UPLOADS.release(path)  # read (or unreadable): the file goes now either way
+        with _kept_lock:
+            _kept[path] = data
+            while sum(map(len, _kept.values())) > KEPT_BYTES and len(_kept) > 1:
+                _gone.add(_kept.popitem(last=False)[0])
+    with _kept_lock:
+        data = _kept.get(path)
+        if data is not None:
+            _kept.move_to_end(path)
+    if data is None:
+        if path in _gone:
+            raise LogFormatError("this upload was read and is no longer kept; upload it "
+                                 "again")
         return read_source(path, aliases)  # the bundled logs, a path on the server's disk
-    try:
-        parsed = read_source(path, aliases)
-    finally:
-        UPLOADS.release(path)  # read (or refused): the file goes now either way
-    with _read_lock:
-        _read[key] = parsed
-        while len(_read) > READ_KEPT:
-            _read.popitem(last=False)
-    return parsed
+    with tempfile.TemporaryDirectory(prefix="llds-upload-") as work:
+        # Under its upload folder's name: a run named by its folder is named as before.
+        copy = Path(work) / Path(path).parent.name / Path(path).name
+        copy.parent.mkdir()
+        copy.write_bytes(data)
+        return read_source(str(copy), aliases)
 
 
 class CurvesTab:
