@@ -55,6 +55,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.cpu import describe, llama_cpp_info
+
 ROOT = Path(__file__).resolve().parent.parent
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_name, "1")
@@ -606,7 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "_one":
         print(json.dumps(measure_one(args.config, Path(args.work), args)))
         return 0
+    if args.command in ("batching", "speed"):  # speed figures say which CPU made them
+        print(describe())
+        print(llama_cpp_info())
     result = {"parity": parity, "batching": batching, "speed": speed}[args.command](args)
+    if isinstance(result, dict) and args.command in ("batching", "speed"):
+        result["cpu"], result["llama_cpp"] = describe(), llama_cpp_info()
     if getattr(args, "json", None):
         Path(args.json).write_text(json.dumps(result, indent=1, ensure_ascii=False))
     return 0

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.visitors import cpu_name
+from benchmarks.cpu import describe
 
 
 def seconds_a_step(llds: bool, steps: int) -> float:
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     plain = min(seconds_a_step(False, args.steps) for _ in range(args.repeats))
     llds = min(seconds_a_step(True, args.steps) for _ in range(args.repeats))
-    print(f"CPU: {cpu_name()}; {args.steps} steps, best of {args.repeats}")
+    print(f"{describe()}; {args.steps} steps, best of {args.repeats}")
     print(f"TRL GRPOTrainer (plain): {plain:.3f} s a step")
     print(f"LLDSGRPOTrainer (lambda 0.1): {llds:.3f} s a step")
     print(f"LLDS / plain: {llds / plain:.3f}x (goal < 1.05x)")

@@ -31,21 +31,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from agent.testing import ROOT, free_port, start_process, stop_process
+from benchmarks.cpu import describe
 
 ASK = (True, 0.7, 1.0, 4, 3, 500, True)  # greedy, temp, top-p, turns, k, tokens, repeats
 RUN_SECONDS = re.compile(r"· ([\d.]+) s ·")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 class Studio:
@@ -168,7 +157,7 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
 
 
 def print_report(results: list[dict], args) -> None:
-    print(f"CPU: {cpu_name()}; model {args.model}; visitors {args.visitors}")
+    print(f"{describe()}; model {args.model}; visitors {args.visitors}")
     print("| serving | visitors | p50 s | p95 s | max s | errors | own answer | peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
     for result in results:

@@ -98,3 +98,19 @@ def test_trl_llds_benchmark_prints_the_cost_ratio():
                          timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "CPU: " in run.stdout and "LLDS / plain: " in run.stdout
+
+
+def test_cpu_names_the_flags_that_decide_speed():
+    from benchmarks.cpu import cpu_info
+
+    text = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n"
+            "flags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16 amx_tile amx_bf16\n"
+            "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n")
+    assert cpu_info(text) == ("Intel(R) Xeon(R) Platinum 8488C",
+                              ["AVX2", "AVX-512", "AVX512-VNNI", "AVX512-BF16", "AMX",
+                               "AMX-BF16"])
+    assert cpu_info("") == ("unknown", [])
+    run = subprocess.run([sys.executable, "-m", "benchmarks.cpu"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith("CPU: ")
+    assert "llama.cpp" in run.stdout.splitlines()[1]

@@ -332,6 +332,8 @@ def test_batching_benchmark_as_in_the_readme_times_the_three_ways(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
+    assert figures.pop("cpu").startswith("CPU: ") and "llama.cpp" in figures.pop("llama_cpp")
+    assert done.stdout.startswith("CPU: ")  # the figures name the CPU they came from
     assert set(figures) == {"nano", "qwen2.5 x0.125"}
     for ways in figures.values():
         assert list(ways) == ["one at a time", "one context, 2 sequences",
