@@ -113,6 +113,7 @@ def test_the_line_is_first_come_first_served_and_says_place_and_time():
 def test_place_words():
     assert Place(0, 16, None).words() == ("16 questions running on this model; you are next "
                                           "in line.")
+    assert Place(0, 0, None).words().startswith("The model is finishing another run")
     assert Place(2, 1, 7.4).words().endswith("3rd in line; starts in about 7 s (from the "
                                              "last runs).")
 

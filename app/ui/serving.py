@@ -57,6 +57,9 @@ class Place:
                  f"{self.ahead + 1}{_ordinal(self.ahead + 1)} in line")
         about = (f"; starts in about {max(1, round(self.estimate))} s (from the last runs)"
                  if self.estimate is not None else "")
+        if not self.running:  # the pool's slot is held by a run outside the line
+            return (f"The model is finishing another run (its warm-up, or an Evaluate run); "
+                    f"you are {place}{about}.")
         return (f"{self.running} question{'s' if self.running != 1 else ''} running on this "
                 f"model; you are {place}{about}.")
 
