@@ -163,3 +163,38 @@ def test_the_readme_commands_convert_a_shipped_model_by_its_short_name(tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     last = json.loads(run.stdout.strip().splitlines()[-1])
     assert last["event"] == "Finished" and last["answer"] == "Stanley Kubrick", last
+
+
+def test_visitors_at_once_share_one_llamacpp_batch_with_their_own_answers(gguf_cache,
+                                                                          local_retriever):
+    # Batched serving (app/ui/serving.py) through the llama.cpp backend's `generate`: each
+    # visitor's trajectory is the one their question gets alone.
+    from agent.loop import run_agent
+
+    questions = ["who created linux", "capital of kenya", "when was facebook founded"]
+    pool = ModelPool(studio_loader(BackendOptions().load))
+    backend = pool.get("nano:f16")
+    alone = {q: list(run_agent(q, backend, local_retriever, AgentSettings()))[-1]
+             for q in questions}
+    calls = []
+    real_generate = backend.generate
+
+    def generate(contexts, *args, **kwargs):
+        calls.append(len(contexts))
+        return real_generate(contexts, *args, **kwargs)
+
+    backend.generate = generate
+    together: dict[str, list] = {}
+
+    def visit(q):
+        together[q] = list(run_model(pool, "nano:f16", q, local_retriever, AgentSettings(),
+                                     threading.Event()))
+
+    threads = [threading.Thread(target=visit, args=(q,)) for q in questions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for q in questions:
+        assert together[q][-1].trajectory == alone[q].trajectory
+    assert calls and max(calls) >= 2  # they shared generate calls
