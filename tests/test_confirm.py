@@ -159,3 +159,20 @@ def test_the_runner_ships_a_stopped_runs_logs_under_its_regimes_name(tmp_path):
     assert sorted(p.name for p in shipped.iterdir()) == ["command.txt", "metrics.jsonl",
                                                          "stopped.json"]
     assert not (ship / "llds-a-lr5e-4-seed101").exists()  # nothing logged: nothing shipped
+
+
+def test_the_runner_does_not_train_again_a_run_whose_ended_logs_are_shipped(tmp_path):
+    """On a new machine (no run folders), a seed whose two runs ended and were shipped (one
+    stopped by the rule, one with all its steps) is not trained again."""
+    runs, ship = tmp_path / "nano-runs-46", tmp_path / "ship"
+    runs.mkdir()
+    write_run(ship, "grpo", 105, rows(fall=(40, 52), steps=52),
+              stopped={"step": 52, "collapse_at": 42, "held_steps": 10})
+    write_run(ship, "llds-a", 105, rows(steps=81))
+    done = subprocess.run([sys.executable, "-m", "nano.experiments.collapse_runs", "--seeds",
+                           "105", "--lr", "5e-4", "--stop-after-fall", "10", "--runs-dir",
+                           str(runs), "--ship", str(ship)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("not trained again") == 2, done.stdout
+    assert list(runs.iterdir()) == []  # nothing started

@@ -24,6 +24,7 @@ Needs the start model and question files named in the pre-registration (nano-dat
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -85,8 +86,25 @@ def ship(run_dir: Path, ship_dir: Path, seed: int) -> None:
         shutil.copytree(run_dir / "model", target / "model", dirs_exist_ok=True)
 
 
+def shipped_ended(shipped: Path, seed: int, regime: Regime) -> bool:
+    """The run's shipped logs are of an ended run: stopped by the rule, or all its steps
+    (and, for the Compare seed, its model shipped too). On a new machine, whose run folders
+    are gone, such a run is not trained again."""
+    if seed == MODEL_SEED and not (shipped / "model" / "config.json").is_file():
+        return False
+    if (shipped / "stopped.json").is_file():
+        return True
+    try:
+        lines = (shipped / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        return bool(lines) and json.loads(lines[-1]).get("step", -1) >= regime.steps
+    except (OSError, ValueError):
+        return False
+
+
 def train_one(method: str, seed: int, runs_dir: Path, ship_dir: Path, regime: Regime) -> str:
     run_dir = runs_dir / run_name(method, seed, regime)
+    if not finished(run_dir) and shipped_ended(ship_dir / run_dir.name, seed, regime):
+        return f"{run_dir.name}: ended, its logs shipped already; not trained again"
     if finished(run_dir):
         ship(run_dir, ship_dir, seed)
         return f"{run_dir.name}: already finished"
