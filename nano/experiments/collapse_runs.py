@@ -139,8 +139,11 @@ def main(argv: list[str]) -> int:
         for method, seed in order:
             ship(args.runs_dir / run_name(method, seed, regime), args.ship, seed)
         return 0
+    to_train = [(method, seed) for method, seed in order
+                if not (finished(args.runs_dir / run_name(method, seed, regime)) or
+                        shipped_ended(args.ship / run_name(method, seed, regime), seed, regime))]
     missing = [p for p in (START + "/config.json", TRAIN, VAL, ANCHORS) if not Path(p).is_file()]
-    if missing:
+    if missing and to_train:  # the inputs matter only to a run that trains
         print(f"error: missing {', '.join(missing)}; build them as the pre-registration in "
               "assets/nano-runs/README.md says.", file=sys.stderr)
         return 2
