@@ -40,7 +40,6 @@ class Ticket:
     arrived: float
     events: queue.Queue
     started: float | None = None  # when it joined a batch
-    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,12 +103,11 @@ class ModelServer:
             if ticket not in self.waiting:
                 return False
             self.waiting.remove(ticket)
-            ticket.ended = True
             return True
 
-    def running(self) -> int:
-        with self._lock:
-            return sum(len(b) for b in self.batches.values())
+    def _running(self) -> int:
+        """Questions in batches now (the caller holds the lock)."""
+        return sum(len(b) for b in self.batches.values())
 
     def place(self, ticket: Ticket) -> Place | None:
         """Where `ticket` stands in line; None once it runs (or has ended)."""
@@ -117,7 +115,7 @@ class ModelServer:
             if ticket not in self.waiting:
                 return None
             ahead = self.waiting.index(ticket)
-            running = sum(len(b) for b in self.batches.values())
+            running = self._running()
             return Place(ahead, running, self._estimate(ahead, running))
 
     def _estimate(self, ahead: int, running: int) -> float | None:
@@ -135,7 +133,7 @@ class ModelServer:
     def _admit(self) -> None:
         """Move tickets from the front of the line into batches while there is room (first
         come, first served: a ticket never passes the one before it)."""
-        while self.waiting and sum(len(b) for b in self.batches.values()) < self.max_batch:
+        while self.waiting and self._running() < self.max_batch:
             ticket = self.waiting.popleft()
             if ticket.cancel.is_set():
                 self._close(ticket, None)
@@ -151,14 +149,12 @@ class ModelServer:
         def emit(event: Event) -> None:
             ticket.events.put(event)
             if isinstance(event, Finished):
-                ticket.ended = True
                 if event.stop_reason not in ("cancelled", "error"):
                     self.run_seconds.append(time.monotonic() - (ticket.started or 0.0))
         return emit
 
     @staticmethod
     def _close(ticket: Ticket, event: Event | None) -> None:
-        ticket.ended = True
         ticket.events.put(event)  # None: left the line before it ran (its Stop)
 
     def _work(self) -> None:
