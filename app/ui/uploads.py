@@ -162,23 +162,34 @@ class UploadGuard:
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
             return
-        status, chunks = 0, []
+        status, chunks, recorded = 0, [], False
 
         async def capture(message):
-            nonlocal status
+            # The files are recorded before the answer's last bytes go out: a visitor who
+            # reads the answer finds them held (recording after `send` raced the visitor).
+            nonlocal status, recorded
             if message["type"] == "http.response.start":
                 status = message["status"]
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self.uploads.done(request_id, _written(status, chunks))
+                    recorded = True
             await send(message)
 
-        paths: list[str] = []
         try:
             await self.app(scope, receive, capture)
-            if status == 200:
-                found = json.loads(b"".join(chunks) or b"[]")
-                paths = [p for p in found if isinstance(p, str)]
-        except ValueError:
-            pass
         finally:
-            self.uploads.done(request_id, paths)
+            if not recorded:  # the request failed before its answer ended
+                self.uploads.done(request_id, [])
+
+
+def _written(status: int, chunks: list[bytes]) -> list[str]:
+    """The paths an upload answer lists (none for a failed one)."""
+    if status != 200:
+        return []
+    try:
+        found = json.loads(b"".join(chunks) or b"[]")
+    except ValueError:
+        return []
+    return [p for p in found if isinstance(p, str)] if isinstance(found, list) else []
