@@ -313,6 +313,39 @@ def test_next_turn_feeds_only_what_was_added(nano):
     assert backend.timings["prompt_tokens"] - before < 3 * 12
 
 
+@pytest.mark.parametrize("which", ["qwen", "nano"])
+def test_the_instruction_is_read_once_and_restored_into_each_new_slot(which, qwen, nano):
+    # Qwen2.5's vocabulary spells the instruction in ~150 tokens; the nano's in a few.
+    path = qwen.f16.path if which == "qwen" else nano.gguf
+    backend = LlamaCppBackend(str(path), slots=4)
+    fresh = LlamaCppBackend(str(path), reuse_cache=False, slots=4)
+    prefix = backend.instruction_prefix()
+    questions = ("who wrote hamlet", "1984 author", "東京の人口", "'tis the season?")
+    rows = [[backend.build_prompt(q)] for q in questions]
+    ids = [backend.context_ids(r) for r in rows]
+    # The instruction up to the question, in every prompt's ids, and nothing past it.
+    assert len(prefix) > (100 if which == "qwen" else 2)
+    assert all(i[:len(prefix)] == prefix for i in ids)
+    assert backend.decode(prefix).rstrip().endswith("Question:")
+    outs = backend.generate(rows, [8] * 4, Sampling())
+    # Four new slots: the instruction fed once, then only each question's own tokens.
+    assert backend.timings["prompt_tokens"] == len(prefix) + sum(len(i) - len(prefix)
+                                                                  for i in ids)
+    assert outs == fresh.generate(rows, [8] * 4, Sampling())
+    # More slots: the context reopened, its caches gone, and a saved state fits only a
+    # context of as many sequences: the instruction read once more, then restored.
+    wider = [[backend.build_prompt(f"question number {n}")] for n in range(6)]
+    backend.max_slots = 6
+    before = backend.timings["prompt_tokens"]
+    assert backend.generate(wider, [8] * 6, Sampling()) == fresh.generate(wider, [8] * 6,
+                                                                             Sampling())
+    fed = backend.timings["prompt_tokens"] - before
+    assert fed == len(prefix) + sum(backend.count_tokens(r[0]) - len(prefix) for r in wider)
+    # New weights: the saved instruction goes with the caches.
+    backend.forget_cache()
+    assert backend._prefix_state is None
+
+
 def test_a_context_past_the_window_is_cut_from_the_left(qwen):
     backend = qwen.f16
     segments = [backend.build_prompt("who wrote hamlet"), " word" * 200]
@@ -340,3 +373,54 @@ def test_batching_benchmark_as_in_the_readme_times_the_three_ways(tmp_path):
                               "2 one-thread contexts in threads"]
         assert all(way["seconds"] > 0 and way["tokens_per_s"] > 0 for way in ways.values())
     assert "one context, 2 sequences" in done.stdout and "x" in done.stdout
+
+
+def test_knobs_benchmark_as_in_the_docs_times_the_backend_and_llama_cpp(nano, tmp_path):
+    """`python -m benchmarks.llamacpp_knobs` (docs/hardware.md's figures), on nano files."""
+    work = tmp_path / "work"
+    for kind in ("q4_0", "q8_0"):
+        convert(str(NANO), work / kind, kind)
+    documents = protocol.observation(protocol.render_documents(
+        ["\"Abbey Road\"\nThe album was recorded at EMI Studios in London in 1969."]))
+    (work / "documents.json").write_text(json.dumps({"observations": [documents] * 2}))
+    command = [sys.executable, "-m", "benchmarks.llamacpp_knobs", "--work", str(work),
+               "--types", "q4_0,q8_0", "--ubatch", "512,64", "--flash", "on",
+               "--kv", "f16,q8_0", "--repack", "off", "--prompt-tokens", "48",
+               "--decode-tokens", "6"]
+    done = subprocess.run(command + ["--json", str(tmp_path / "knobs.json")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("CPU: ") and "fastest question: " in done.stdout
+    report = json.loads((tmp_path / "knobs.json").read_text())
+    # Each type at the base setting, then the ubatch and the KV cache type moved alone.
+    assert [(r["type"], r["ubatch"], r["kv"]) for r in report["results"]] == [
+        ("q4_0", 512, "f16"), ("q4_0", 64, "f16"), ("q4_0", 512, "q8_0"),
+        ("q8_0", 512, "f16"), ("q8_0", 64, "f16"), ("q8_0", 512, "q8_0")]
+    for r in report["results"]:
+        assert r["prompt_tokens"] == 48 and r["decode_tokens"] == 6
+        for way in ("backend", "llama_cpp"):
+            assert r[way]["prompt_tps"] > 0 and r[way]["decode_tps"] > 0
+    missing = subprocess.run(command[:5] + ["--types", "iq4_nl"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "--prepare-only" in missing.stderr
+
+
+def test_speed_benchmark_as_in_the_docs_prints_the_table_against_torch(tmp_path):
+    """`python -m benchmarks.llamacpp speed` (docs/hardware.md's table) on a scaled config."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.llamacpp", "speed", "--work", str(tmp_path / "w"),
+         "--scale", "0.0625", "--configs", "torch-fp32,llama-q4_k_m", "--prompt-tokens", "32",
+         "--decode-tokens", "4", "--turn-tokens", "4", "--batching-rows", "0", "--json",
+         str(tmp_path / "speed.json")], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("CPU: ")
+    assert "x: against torch float32" in done.stdout
+    report = json.loads((tmp_path / "speed.json").read_text())
+    torch_fp32, q4 = report["results"]
+    assert (torch_fp32["config"], q4["config"]) == ("torch-fp32", "llama-q4_k_m")
+    assert q4["question"]["new_tokens"] == 3 * 4 and q4["prompt_tps"] > 0
+    # (c) the instruction read once for four new questions, not four times.
+    once, each = (q4["new_questions"][w]["tokens_read"]
+                  for w in ("instruction once", "instruction per question"))
+    prefix = LlamaCppBackend(str(tmp_path / "w" / "q4_k_m" / "model.gguf")).instruction_prefix()
+    assert len(prefix) > 100 and each - once == 3 * len(prefix)

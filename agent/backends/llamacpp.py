@@ -28,7 +28,11 @@ processing is its first prompt and its documents, once. Batched turns (`generate
 evaluator's `run_agent_batch`) put a row in each slot and decode all running rows with one
 `llama_decode` a step; a row that ends leaves the step at once (no row waits for the
 slowest, no padding); new questions share the cached instruction prefix of the questions
-before them. More rows than slots run as consecutive batches. Measured (benchmarks/llamacpp.py
+before them. The instruction itself (every prompt's ids up to the question: ~150 tokens on
+Qwen2.5's vocabulary, 5 on the nano's) is read once: its KV cache is saved as llama.cpp's
+sequence state and restored into any slot that lacks it, a new slot or a reused one (a
+context reopened with more slots reads it once more: a state fits only a context of as
+many sequences). More rows than slots run as consecutive batches. Measured (benchmarks/llamacpp.py
 `batching`, 2 idle cores, a turn of every question without cache, best of 2): one context
 with a sequence per question against the same questions one at a time and against a
 pool of one-thread contexts in threads: Qwen2.5-3B's shape at q4_k_m, 4 x 16 tokens:
@@ -41,9 +45,9 @@ a call reproducible (a seeded call starts from an empty cache, since a cached pr
 logits a rounding error away from a fresh one). Cancel is checked between decodes, and a
 stream closed early leaves the model free and its caches consistent.
 
-CPU notes (measured on 2 shared cores of a Sapphire Rapids VM): OpenMP threads are set to
-sleep while they wait (`load_llama_cpp`); llama.cpp's AMX kernels are kept out on CPUs
-that report AMX (`extra_buffer_types`); LLDS_THREADS sets the thread count.
+CPU notes: OpenMP threads are set to sleep while they wait (`load_llama_cpp`, measured on
+2 shared cores of a Sapphire Rapids VM); weights are not repacked at load
+(`extra_buffer_types`, measured on an AMD EPYC); LLDS_THREADS sets the thread count.
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ from pathlib import Path
 from agent import protocol
 from agent.backends.base import ModelLoadError, Sampling, TurnOutput
 
+# Two questions that share no first word: their prompts' shared ids are the instruction.
+_PROBES = ("Who wrote it?", "7 and 8")
+KV_TYPES = {"f16": 1, "q8_0": 8}  # the KV cache's ggml types (enum ggml_type)
 DEFAULT_SLOTS = 8
 DEFAULT_SLOT_CONTEXT = 6144  # tokens per sequence: the 4,096 window, a turn, room
 # (a longer context reopens the slots longer)
@@ -112,20 +119,15 @@ def default_threads() -> int:
 
 
 def extra_buffer_types() -> bool:
-    """Whether llama.cpp may put weights in its extra CPU buffer types (AMX, repacked
-    layouts). Not on a CPU that reports AMX: llama-cpp-python 0.3.36 built from source
-    there (-march=native) runs its AMX kernels, and those died with SIGILL (`tilezero`) on
-    q8_0 and q4_k_m models on this project's CI machine (a Sapphire Rapids VM) although AMX
-    itself works there; with the plain CPU buffers they run. LLDS_LLAMA_EXTRA_BUFTS=1 or 0
-    decides instead."""
-    chosen = os.environ.get("LLDS_LLAMA_EXTRA_BUFTS", "")
-    if chosen in ("0", "1"):
-        return chosen == "1"
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").split()
-    except OSError:
-        return True
-    return "amx_int8" not in flags and "amx_tile" not in flags
+    """Whether llama.cpp may put weights in its extra CPU buffer types (weights repacked at
+    load into layouts for AVX2/AVX-512, AMX tiles): off unless LLDS_LLAMA_EXTRA_BUFTS=1.
+    Measured on 2 idle cores of an AMD EPYC (AVX-512, VNNI, no AMX), Qwen2.5-3B's shape at
+    q4_k_m (`python -m benchmarks.llamacpp_knobs`): repacked, prompt processing ran at
+    ~47 tok/s against ~75 without, decoding ~11.4 against ~9.5, and the process held 3.4 GB
+    against 2.2 (the file's pages and a repacked copy): a question is faster and smaller
+    without. On an AMX CPU (this project's CI machine, a Sapphire Rapids VM) llama-cpp-python
+    0.3.36's AMX kernels died with SIGILL (`tilezero`) on q8_0 and q4_k_m models."""
+    return os.environ.get("LLDS_LLAMA_EXTRA_BUFTS", "") == "1"
 
 
 def load_llama_cpp():
@@ -215,19 +217,26 @@ class _Model:
     """A loaded GGUF and one context of `slots` sequences (llama.cpp's C API)."""
 
     def __init__(self, path: Path, slots: int, slot_context: int, threads: int,
-                 n_batch: int):
+                 n_batch: int, n_ubatch: int | None = None, flash_attn: bool | None = None,
+                 kv_type: str = "f16", mmap: bool = True):
         self.lib = llama_cpp = load_llama_cpp()
         quiet_logs()
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0
         params.use_extra_bufts = extra_buffer_types()
+        params.use_mmap = mmap
         self.model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path} (not a GGUF it reads?)")
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.threads, self.n_batch = threads, n_batch
+        self.n_ubatch = min(n_ubatch or n_batch, n_batch)
+        if kv_type not in KV_TYPES:
+            raise ModelLoadError(f"the KV cache type is one of {', '.join(KV_TYPES)}, "
+                                 f"not {kv_type!r}")
+        self.flash_attn, self.kv_type = flash_attn, kv_type
         self.ctx = None
         self.batch = None
         self.open(slots, slot_context)
@@ -238,7 +247,10 @@ class _Model:
         self.close_context()
         params = lib.llama_context_default_params()
         params.n_ctx = slots * slot_context
-        params.n_batch = params.n_ubatch = self.n_batch
+        params.n_batch, params.n_ubatch = self.n_batch, self.n_ubatch
+        # llama.cpp: -1 lets it decide, 0 off, 1 on (a quantized V cache needs it on)
+        params.flash_attn_type = -1 if self.flash_attn is None else int(self.flash_attn)
+        params.type_k = params.type_v = KV_TYPES[self.kv_type]
         params.n_seq_max = slots
         params.n_threads = params.n_threads_batch = self.threads
         params.kv_unified = False
@@ -321,6 +333,19 @@ class _Model:
             raise RuntimeError(f"llama_decode failed ({code}): the context is full or the "
                                "batch invalid")
 
+    def save_sequence(self, slot: int):
+        """The slot's KV cache as llama.cpp's sequence state (a byte buffer)."""
+        size = self.lib.llama_state_seq_get_size(self.ctx, slot)
+        state = (ctypes.c_uint8 * size)()
+        if self.lib.llama_state_seq_get_data(self.ctx, state, size, slot) != size:
+            raise RuntimeError(f"llama.cpp could not save sequence {slot}")
+        return state
+
+    def restore_sequence(self, slot: int, state) -> bool:
+        """The slot's KV cache replaced by a saved state; False if llama.cpp refused it."""
+        self.forget(slot)
+        return self.lib.llama_state_seq_set_data(self.ctx, state, len(state), slot) > 0
+
     def logits(self, index: int):
         import numpy as np
 
@@ -377,13 +402,16 @@ class LlamaCppBackend:
     def __init__(self, model: str, slots: int = DEFAULT_SLOTS,
                  slot_context: int = DEFAULT_SLOT_CONTEXT, threads: int | None = None,
                  n_batch: int = 512, reuse_cache: bool = True,
-                 stop_strings: Sequence[str] = protocol.STOP_STRINGS):
+                 stop_strings: Sequence[str] = protocol.STOP_STRINGS,
+                 n_ubatch: int | None = None, flash_attn: bool | None = None,
+                 kv_type: str = "f16", mmap: bool = True):
         load_llama_cpp()
         self.path = find_gguf(model)
         self.model_id = model
         self.device = "cpu"
         self.threads = threads or default_threads()
-        self._model = m = _Model(self.path, 1, slot_context, self.threads, n_batch)
+        self._model = m = _Model(self.path, 1, slot_context, self.threads, n_batch,
+                                 n_ubatch, flash_attn, kv_type, mmap)
         arch = m.meta("general.architecture")
         if arch != "qwen2":
             raise ModelLoadError(f"{self.path} is a {arch} model: the llamacpp backend runs "
@@ -424,6 +452,10 @@ class LlamaCppBackend:
         self.tokenizer = ChatTemplate(m.meta("tokenizer.chat_template"), special)
         self.file_type = m.meta("general.file_type")
         self._slots: list[list[int]] = [[]]  # the tokens each slot's KV cache holds
+        # The instruction every prompt starts with, read once: its ids and its KV cache,
+        # saved (llama.cpp's sequence state) and restored into any slot that lacks it.
+        self._prefix_ids: list[int] | None = None
+        self._prefix_state: tuple[int, ctypes.Array] | None = None  # (slots, state)
         self._lock = threading.Lock()  # one generation at a time on this model
         # Where the time goes, summed over calls: context tokens fed (prompt processing)
         # and generated tokens fed back (decoding), with the seconds of their decodes.
@@ -490,6 +522,42 @@ class LlamaCppBackend:
             for slot in range(len(self._slots)):
                 self._model.forget(slot)
             self._slots = [[] for _ in self._slots]
+            self._prefix_state = None
+
+    # the instruction prefix ---------------------------------------------------------------
+    def instruction_prefix(self) -> list[int]:
+        """The ids every question's prompt starts with (the chat template and Search-R1's
+        instruction, up to the question): those two unlike prompts share. A question's
+        first word may merge with the text before it, so the shared ids stop before it."""
+        if self._prefix_ids is None:
+            first, second = (self.context_ids([self.build_prompt(q)]) for q in _PROBES)
+            n = 0
+            for a, b in zip(first, second, strict=False):
+                if a != b:
+                    break
+                n += 1
+            self._prefix_ids = first[:n]
+        return self._prefix_ids
+
+    def _with_prefix(self, rows: list[_Row]) -> None:
+        """Give each row that starts with the instruction prefix, and whose slot lacks it,
+        the prefix's saved KV cache (computed the first time, in that row's slot)."""
+        prefix = self.instruction_prefix()
+        size = len(prefix)
+        for row in rows:
+            if size < 2 or row.shared >= size or len(row.ids) <= size \
+                    or row.ids[:size] != prefix:
+                continue
+            # A saved state fits only a context of as many sequences as the one it came
+            # from (llama.cpp: "n_stream mismatch"): a reopened context reads it again.
+            if self._prefix_state is None or self._prefix_state[0] != self._model.slots \
+                    or not self._model.restore_sequence(row.slot, self._prefix_state[1]):
+                self._model.forget(row.slot)
+                self._slots[row.slot] = []
+                self._prefill([_Row(row.slot, prefix, 0)], [0], None)
+                self._prefix_state = (self._model.slots, self._model.save_sequence(row.slot))
+            self._slots[row.slot] = list(prefix)
+            row.shared = size
 
     # the slots ----------------------------------------------------------------------------
     def _ensure_slots(self, n: int) -> None:
@@ -597,8 +665,11 @@ class LlamaCppBackend:
             self.slot_context = -(-need // 1024) * 1024
             self._model.open(self._model.slots, self.slot_context)
             self._slots = [[] for _ in range(self._model.slots)]
-        return [_Row(slot, ids, budget, shared=shared) for (slot, shared), ids, budget
+        rows = [_Row(slot, ids, budget, shared=shared) for (slot, shared), ids, budget
                 in zip(self._assign(contexts, reuse), contexts, budgets, strict=True)]
+        if reuse:
+            self._with_prefix(rows)
+        return rows
 
     def _run(self, rows: list[_Row], sampling: Sampling, rng,
              cancel: threading.Event | None = None) -> Iterator[tuple[_Row, str]]:
