@@ -33,7 +33,8 @@ NANO = "nano"  # the nano search agent (assets/nano-agent)
 NANO_GRPO = "nano-grpo"  # the nano agent after GRPO (assets/nano-runs/…)
 NANO_LLDS = "nano-llds"  # the nano agent after GRPO + LLDS
 NANO_MODELS = (NANO, NANO_GRPO, NANO_LLDS, "nano-grpo-lr3e-5", "nano-llds-lr3e-5")
-GGUF_TYPES = ("q4_k_m", "q8_0", "f16", "f32")  # `ID:TYPE`: app.quantize's --type values
+# `ID:TYPE`: app.quantize's --type values
+GGUF_TYPES = ("q4_k_m", "q8_0", "q4_0", "iq4_nl", "f16", "f32")
 CPU_GGUF = "q4_k_m"  # what a machine without a GPU is offered the 3B checkpoints as
 DEFAULT_GGUF_BASELINE = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-em-grpo"
 
@@ -120,7 +121,8 @@ def gguf_id(model: str, kind: str = CPU_GGUF) -> str:
 
 def as_gguf(info: ModelInfo, kind: str) -> ModelInfo:
     """The registry entry of `info`'s checkpoint as a GGUF of type `kind`."""
-    what = {"q4_k_m": "4-bit", "q8_0": "8-bit", "f16": "16-bit", "f32": "32-bit"}[kind]
+    what = {"q4_k_m": "4-bit", "q4_0": "4-bit", "iq4_nl": "4-bit", "q8_0": "8-bit",
+            "f16": "16-bit", "f32": "32-bit"}[kind]
     return ModelInfo(
         # Short: the pickers cut a long label ("…q4_k_m GG"); the description says the rest.
         id=gguf_id(info.id, kind), label=f"{info.label} · CPU {kind}",

@@ -35,9 +35,11 @@ GB = 1024 ** 3
 BYTES_PER_PARAMETER = {"float32": 4, "bfloat16": 2, "float16": 2}
 STORED_DTYPE = "bfloat16"  # what Qwen2.5 checkpoints on the hub hold
 OVERHEAD = 1.2  # memory on top of the weights: activations, a 4,096-token KV cache, buffers
-# Bytes a parameter takes in a GGUF, measured on Qwen2.5-3B's shape (q4_k_m 1,929,900,800
-# and q8_0 3,285,474,048 bytes for 3.09B parameters); f16 and f32 as stored.
-GGUF_BYTES_PER_PARAMETER = {"q4_k_m": 0.625, "q8_0": 1.064, "f16": 2.0, "f32": 4.0}
+# Bytes a parameter takes in a GGUF, measured on Qwen2.5-3B's shape (q4_k_m 1,929,900,800,
+# q8_0 3,285,474,048, q4_0 1,822,847,744 and iq4_nl 1,836,479,232 bytes for 3.09B
+# parameters); f16 and f32 as stored.
+GGUF_BYTES_PER_PARAMETER = {"q4_k_m": 0.625, "q8_0": 1.064, "q4_0": 0.590, "iq4_nl": 0.595,
+                            "f16": 2.0, "f32": 4.0}
 GGUF_RUNTIME = 256 * 1024 ** 2  # llama.cpp's compute buffers and the Python process's share
 KV_SHARE = 0.12  # KV cache / file when the config is not at hand (3B q4_k_m: 226 MB / 1.93 GB)
 CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),

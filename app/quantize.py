@@ -1,4 +1,4 @@
-"""`python -m app.quantize MODEL --out DIR [--type q4_k_m|q8_0|f16|f32]`: a Qwen2-family
+"""`python -m app.quantize MODEL --out DIR [--type q4_k_m|q8_0|q4_0|iq4_nl|f16|f32]`: a Qwen2-family
 checkpoint as one GGUF file, DIR/model.gguf, for the llama.cpp backend
 (`--backend llamacpp --model DIR/model.gguf`).
 
@@ -11,7 +11,7 @@ The GGUF is written here with the `gguf` package's GGUFWriter, tensor names from
 Qwen2 tables; tensors are streamed one at a time, so converting a 3B model needs no more
 memory than its largest tensor. `f16` keeps 1-D tensors (norms, biases) in f32 and stores
 the rest in f16; `f32` keeps everything in f32 (the closest to torch, for parity checks);
-`q8_0` and `q4_k_m` are made from the f16 file by llama.cpp's own quantizer
+`q8_0`, `q4_k_m`, `q4_0` and `iq4_nl` are made from the f16 file by llama.cpp's own quantizer
 (`llama_cpp.llama_model_quantize`), and the f16 file is then removed (`--keep-f16`).
 
 The tokenizer must be one llama.cpp can reproduce: byte-level BPE whose pre-tokenization
@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ARCHITECTURES = ("Qwen2ForCausalLM",)  # what this converter writes (llama.cpp's `qwen2`)
-TYPES = ("f16", "q8_0", "q4_k_m", "f32")
+TYPES = ("f16", "q8_0", "q4_k_m", "q4_0", "iq4_nl", "f32")
 # llama.cpp's `enum llama_ftype` values of the quantized types.
-LLAMA_FTYPES = {"q8_0": 7, "q4_k_m": 15}
+LLAMA_FTYPES = {"q4_0": 2, "q8_0": 7, "q4_k_m": 15, "iq4_nl": 25}
 # Pre-tokenization rules llama.cpp implements, by the Split regex of tokenizer.json.
 QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -449,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("model", help="hub id, local directory, or a shipped model (nano)")
     parser.add_argument("--out", required=True, help="directory for model.gguf")
     parser.add_argument("--type", choices=TYPES, default="q4_k_m",
-                        help="f16, q8_0, q4_k_m (default) or f32")
+                        help="q4_k_m (default), q8_0, q4_0, iq4_nl, f16 or f32")
     parser.add_argument("--keep-f16", action="store_true",
                         help="keep the f16 GGUF a quantized type is made from")
     parser.add_argument("--threads", type=int, default=None, help="quantizer threads")

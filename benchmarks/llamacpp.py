@@ -26,10 +26,10 @@ the rows shared out over --threads one-thread contexts in threads (a backend eac
 ways take turns for --repeat rounds, each keeping its best time.
 
 `speed`: Qwen2.5-3B's exact configuration (benchmarks.flagship's, random weights, the real
-vocabulary), built once into --work (bf16 safetensors, ~6 GB; the f16 GGUF, q8_0 and
-q4_k_m files, ~12 GB more), then each of torch float32, torch bfloat16, llama.cpp q8_0 and
-q4_k_m in a process of its own (peak RSS is that process's VmHWM), through the backends'
-`stream`, greedy:
+vocabulary), built once into --work (bf16 safetensors, ~6 GB; the f16 GGUF, q8_0, q4_k_m,
+q4_0 and iq4_nl files, ~16 GB more), then each of torch float32, torch bfloat16, llama.cpp
+q8_0, q4_k_m, q4_0 and iq4_nl in a process of its own (peak RSS is that process's VmHWM),
+through the backends' `stream`, greedy:
   (a) prompt processing: a context of --prompt-tokens, from an empty cache; decoding:
       --decode-tokens after it. Prompt time is from the call to the first generated token,
       decode time the rest (tokens/s over the tokens after the first);
@@ -37,7 +37,10 @@ q4_k_m in a process of its own (peak RSS is that process's VmHWM), through the b
       (random weights never end a turn: the budget does), the first two followed by
       an observation of three real documents (bm25s over the embedded corpus, cut at 500
       tokens, as the loop inserts them); both backends keep the KV cache between turns.
-      Seconds, split into prompt processing (to each turn's first token) and decoding.
+      Seconds, split into prompt processing (to each turn's first token) and decoding;
+  (c) llama.cpp only: 4 new questions' first tokens in one batch (the evaluator's batched
+      path, its slots opened afresh): the instruction read once and restored into each
+      slot (the backend's way), against read for each question (no cache kept).
 Ratios are against torch float32 (the naive way) measured in the same run; then
 `batching` on the q4_k_m file (--batching-rows, 0 to skip). Run the timed part on
 otherwise idle cores: the figures are wall-clock.
@@ -62,7 +65,9 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ.setdefault(_name, "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-CONFIGS = ("torch-fp32", "torch-bf16", "llama-q8_0", "llama-q4_k_m")
+CONFIGS = ("torch-fp32", "torch-bf16", "llama-q8_0", "llama-q4_k_m", "llama-q4_0",
+           "llama-iq4_nl")
+GGUF_KINDS = tuple(c.split("-", 1)[1] for c in CONFIGS if c.startswith("llama-"))
 QWEN_SCALE = 0.125
 GREEDY_PROMPTS = ("who wrote hamlet", "東京の人口は", "capital of france",
                   "when did the Beatles release Abbey Road")
@@ -384,7 +389,7 @@ def prepare(work: Path, scale: float | None) -> None:
               f"in {time.perf_counter() - start:.0f} s")
         del model
     f16 = work / "f16" / "model.gguf"
-    for kind in ("q8_0", "q4_k_m"):
+    for kind in GGUF_KINDS:
         target = work / kind / "model.gguf"
         if target.is_file():
             continue
@@ -483,7 +488,29 @@ def measure_one(config: str, work: Path, args) -> dict:
     whole["context_tokens"] = sum(backend.count_tokens(s) for s in segments)
     figures["question"] = whole
     figures["peak_rss_mb"] = peak_rss_mb()
+    if not config.startswith("torch"):
+        figures["new_questions"] = new_questions(backend.path, args.threads)
     return figures
+
+
+def new_questions(path: Path, threads: int, rows: int = 4) -> dict:
+    """(c) `rows` new questions' first tokens in one batch (the evaluator's path, slots
+    opened afresh): the instruction read once and restored into each slot, against read for
+    each question (no cache kept)."""
+    from agent.backends.base import Sampling
+    from agent.backends.llamacpp import LlamaCppBackend
+
+    out = {}
+    for way, reuse in (("instruction once", True), ("instruction per question", False)):
+        backend = LlamaCppBackend(str(path), threads=threads, slots=rows, reuse_cache=reuse)
+        contexts = [[backend.build_prompt(f"Which river flows through city number {n}?")]
+                    for n in range(rows)]
+        start = time.perf_counter()
+        backend.generate(contexts, [1] * rows, Sampling())
+        out[way] = {"seconds": time.perf_counter() - start,
+                    "tokens_read": backend.timings["prompt_tokens"]}
+        del backend
+    return out
 
 
 def speed(args) -> dict:
@@ -512,6 +539,9 @@ def speed(args) -> dict:
               f"{figures['decode_tps']:6.2f} tok/s  whole question {q['seconds']:6.1f} s "
               f"(prompt {q['prompt_s']:.1f} s + decode {q['decode_s']:.1f} s)  peak RSS "
               f"{figures['peak_rss_mb'] / 1024:.1f} GB", flush=True)
+        for way, f in figures.get("new_questions", {}).items():
+            print(f"{'':13s} 4 new questions batched, {way}: {f['seconds']:.1f} s "
+                  f"({f['tokens_read']} tokens read)", flush=True)
     print_table(results, args)
     out = {"results": results, "threads": args.threads, "scale": args.scale}
     if args.batching_rows:
@@ -585,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--work")
     b.add_argument("--json")
     s = sub.add_parser("speed", help="Qwen2.5-3B's config: torch against llama.cpp")
-    s.add_argument("--work", required=True, help="folder for the models (~18 GB)")
+    s.add_argument("--work", required=True, help="folder for the models (~22 GB)")
     s.add_argument("--prepare-only", action="store_true", help="build and convert, no timing")
     s.add_argument("--configs", default=",".join(CONFIGS))
     s.add_argument("--scale", type=float, default=None,

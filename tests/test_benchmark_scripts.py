@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,25 @@ def test_visitors_benchmark_as_the_docs_give_it(tmp_path):
 
 
 @pytest.mark.slow
+def test_visitors_benchmark_on_a_gguf_file_with_short_turns(tmp_path):
+    """The docs' 3B round (`--model FILE.gguf --turns 2 --turn-tokens 48`), on the nano's
+    GGUF: `python app.py --model FILE.gguf` serves it through llama.cpp."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from app.quantize import convert
+
+    gguf = convert(str(ROOT / "assets" / "nano-agent"), tmp_path / "q8", "q8_0").path
+    out = tmp_path / "figures.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.visitors", "--visitors", "1,2",
+                          "--modes", "batched", "--model", str(gguf), "--turns", "2",
+                          "--turn-tokens", "48", "--json", str(out)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (batched,) = json.loads(out.read_text())
+    assert batched["rounds"]["1"]["errors"] == 0 and batched["rounds"]["2"]["errors"] == 0
+    assert "at most 2 turns of 48 tokens" in run.stdout
+
+
+@pytest.mark.slow
 def test_trl_llds_benchmark_prints_the_cost_ratio():
     run = subprocess.run([sys.executable, "-m", "benchmarks.trl_llds", "--steps", "2",
                           "--repeats", "1"], cwd=ROOT, capture_output=True, text=True,
@@ -114,3 +134,13 @@ def test_cpu_names_the_flags_that_decide_speed():
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.startswith("CPU: ")
     assert "llama.cpp" in run.stdout.splitlines()[1]
+
+
+def test_cpu_limits_measure_bandwidth_and_throughput():
+    """`python -m benchmarks.cpu --limits`: the ceilings docs/hardware.md judges against."""
+    run = subprocess.run([sys.executable, "-m", "benchmarks.cpu", "--limits"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    line = run.stdout.splitlines()[2]
+    figures = [float(x) for x in re.findall(r"([\d.]+) (?:GB/s|GFLOPS|GOPS)", line)]
+    assert line.startswith("limits (") and len(figures) == 4 and min(figures) > 0
