@@ -77,7 +77,8 @@ def gguf_path(model: str) -> Path:
     """Where the GGUF of `ID:TYPE` is (or will be) kept."""
     ref = model_ref(model)
     if ref.gguf_type is None:
-        raise ModelLoadError(f"{model!r} names no GGUF type: write ID:q4_k_m (or :q8_0, :f16).")
+        raise ModelLoadError(f"{model!r} names no GGUF type: write ID:q4_k_m (or :q8_0, :q4_0, "
+                             ":iq4_nl, :f16).")
     return cache_dir() / folder_name(ref.checkpoint) / ref.gguf_type / "model.gguf"
 
 
@@ -150,18 +151,21 @@ def ensure_gguf(model: str) -> Path:
 
 
 def load_gguf(model: str) -> Backend:
-    """The llama.cpp backend of `ID:TYPE` (converting it first when not in the cache)."""
+    """The llama.cpp backend of `ID:TYPE` (converting it first when not in the cache), or
+    of a .gguf file."""
     from agent.backends.llamacpp import LlamaCppBackend
 
-    backend = LlamaCppBackend(str(ensure_gguf(model)))
+    ref = model_ref(model)
+    backend = LlamaCppBackend(str(ensure_gguf(ref) if ref.gguf_type is not None else ref))
     backend.model_id = str(model)
     return backend
 
 
 def studio_loader(load: Callable[[str], Backend]) -> Callable[[str], Backend]:
-    """`load` (the launch's backend), except that `ID:TYPE` names go to llama.cpp."""
+    """`load` (the launch's backend), except that `ID:TYPE` names and .gguf files go to
+    llama.cpp."""
     def loader(model: str) -> Backend:
         ref = model_ref(model)
-        return load_gguf(ref) if ref.gguf_type is not None else load(ref)
+        return load_gguf(ref) if ref.runs_on_llamacpp else load(ref)
 
     return loader

@@ -3,6 +3,7 @@ one question at a time in the same run.
 
     python -m benchmarks.visitors [--visitors 1,4,10,20] [--soak-minutes 10]
                                   [--model nano] [--questions assets/naturalqa/test.jsonl]
+                                  [--turns 4] [--turn-tokens 500]
 
 For each way of serving (`--max-batch 16`, the default, and `--max-batch 1`, one question
 of a model at a time as before batching) it starts `python app.py` offline on a loopback
@@ -33,7 +34,13 @@ from pathlib import Path
 from agent.testing import ROOT, free_port, start_process, stop_process
 from benchmarks.cpu import describe
 
-ASK = (True, 0.7, 1.0, 4, 3, 500, True)  # greedy, temp, top-p, turns, k, tokens, repeats
+# Ask's settings after the question and the model: greedy, temperature, top-p, turns, k,
+# tokens a turn, the repetition stop; turns and tokens from --turns and --turn-tokens.
+ASK = (True, 0.7, 1.0, 4, 3, 500, True)
+
+
+def settings(turns: int, turn_tokens: int) -> tuple:
+    return (*ASK[:3], turns, ASK[4], turn_tokens, ASK[6])
 RUN_SECONDS = re.compile(r"· ([\d.]+) s ·")
 
 
@@ -72,17 +79,20 @@ class Studio:
         stop_process(self.process)
 
 
-def ask(url: str, question: str, model: str) -> tuple[float, str, float | None, str | None]:
+def ask(url: str, question: str, model: str,
+        how: tuple = ASK) -> tuple[float, str, float | None, str | None]:
     """(seconds to the final answer, trajectory, run seconds from the stats line, error)."""
     from gradio_client import Client
 
     client = Client(url, verbose=False)
     started = time.perf_counter()
     try:
-        chat, stats, raw, *_ = client.predict(question, model, *ASK, api_name="/ask")
+        chat, stats, raw, *_ = client.predict(question, model, *how, api_name="/ask")
     except Exception as err:  # counted, not raised: an error is one of the figures
         return time.perf_counter() - started, "", None, f"{type(err).__name__}: {err}"
     seconds = time.perf_counter() - started
+    if "failed to load" in (stats or ""):  # the studio's answer is the reason, not a run
+        return seconds, "", None, f"the model failed to load: {stats}"
     found = RUN_SECONDS.search(stats or "")
     return seconds, raw or "", float(found.group(1)) if found else None, None
 
@@ -94,12 +104,13 @@ def percentile(values: list[float], q: float) -> float:
 
 def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
     studio = Studio(args.model, max_batch)
+    how = settings(args.turns, args.turn_tokens)
     try:
-        ask(studio.url, questions[0], args.model)  # the model loaded and warm
+        ask(studio.url, questions[0], args.model, how)  # the model loaded and warm
         alone, latencies = {}, []
         studio.watch()
         for question in questions[:max(args.visitors)]:
-            seconds, trajectory, _, error = ask(studio.url, question, args.model)
+            seconds, trajectory, _, error = ask(studio.url, question, args.model, how)
             alone[question] = trajectory if error is None else None
             latencies.append(seconds)
         rounds = {1: summary(latencies, [alone[q] is not None for q in alone], [],
@@ -107,7 +118,7 @@ def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
         for count in [c for c in args.visitors if c > 1]:
             studio.watch()
             with ThreadPoolExecutor(count) as pool:
-                results = list(pool.map(lambda q: ask(studio.url, q, args.model),
+                results = list(pool.map(lambda q: ask(studio.url, q, args.model, how),
                                         questions[:count]))
             own = [trajectory == alone.get(q) and trajectory != ""
                    for q, (_, trajectory, _, _) in zip(questions, results, strict=False)]
@@ -137,7 +148,8 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
         nonlocal errors
         n = k
         while time.monotonic() < deadline:
-            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model)
+            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model,
+                                         settings(args.turns, args.turn_tokens))
             n += 4
             with lock:
                 if error or run is None:
@@ -157,7 +169,8 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
 
 
 def print_report(results: list[dict], args) -> None:
-    print(f"{describe()}; model {args.model}; visitors {args.visitors}")
+    print(f"{describe()}; model {args.model}; visitors {args.visitors}; at most "
+          f"{args.turns} turns of {args.turn_tokens} tokens")
     print("| serving | visitors | p50 s | p95 s | max s | errors | own answer | peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
     for result in results:
@@ -195,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=Path,
                         default=ROOT / "assets" / "naturalqa" / "test.jsonl")
     parser.add_argument("--modes", default="batched,one at a time")
+    parser.add_argument("--turns", type=int, default=ASK[3], help="Ask's turn limit")
+    parser.add_argument("--turn-tokens", type=int, default=ASK[5],
+                        help="Ask's tokens a turn (random-weight models never end a turn)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     lines = args.questions.read_text(encoding="utf-8").splitlines()

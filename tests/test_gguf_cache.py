@@ -128,6 +128,18 @@ def test_a_changed_local_checkpoint_is_converted_again(gguf_cache, tmp_path, loc
     assert cached(model) == made
 
 
+def test_a_gguf_file_runs_on_llama_cpp_whatever_the_launch_backend(gguf_cache, tmp_path,
+                                                                    local_retriever):
+    from app.quantize import convert
+
+    written = convert(str(ROOT / "assets" / "nano-agent"), tmp_path / "q8", "q8_0")
+    pool = ModelPool(studio_loader(BackendOptions().load))  # the transformers backend's
+    backend = pool.get(str(written.path))
+    assert backend.name == "llamacpp" and backend.path == written.path
+    _, done = ask(pool, str(written.path), local_retriever)
+    assert done.answer and done.turns
+
+
 def test_a_failed_conversion_leaves_no_model_file_and_says_why(gguf_cache, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(ROOT / "assets" / "nano-agent", broken)
