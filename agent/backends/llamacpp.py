@@ -28,7 +28,7 @@ processing is its first prompt and its documents, once. Batched turns (`generate
 evaluator's `run_agent_batch`) put a row in each slot and decode all running rows with one
 `llama_decode` a step; a row that ends leaves the step at once (no row waits for the
 slowest, no padding); new questions share the cached instruction prefix of the questions
-before them. The instruction itself (every prompt's ids up to the question: ~150 tokens on
+before them. The instruction itself (every prompt's ids up to the question: 139 tokens on
 Qwen2.5's vocabulary, 5 on the nano's) is read once: its KV cache is saved as llama.cpp's
 sequence state and restored into any slot that lacks it, a new slot or a reused one (a
 context reopened with more slots reads it once more: a state fits only a context of as
