@@ -415,6 +415,21 @@ def prepare(work: Path, scale: float | None) -> None:
                                          "observations": observations}))
 
 
+def first_token_clock(backend) -> list[float]:
+    """A list the llama.cpp backend puts the time of a turn's first generated token in
+    (when empty; clear it before each timed turn)."""
+    first: list[float] = []
+    accept = backend._accept
+
+    def timed_accept(row, token):
+        if not first:
+            first.append(time.perf_counter())
+        return accept(row, token)
+
+    backend._accept = timed_accept
+    return first
+
+
 def measure_one(config: str, work: Path, args) -> dict:
     """One configuration, in this process: (a) prompt and decode tokens/s, (b) a whole
     question; with the peak RSS."""
@@ -446,14 +461,7 @@ def measure_one(config: str, work: Path, args) -> dict:
 
         backend = LlamaCppBackend(str(work / config.split("-", 1)[1] / "model.gguf"),
                                   threads=args.threads)
-        accept = backend._accept
-
-        def timed_accept(row, token):
-            if not first:
-                first.append(time.perf_counter())
-            return accept(row, token)
-
-        backend._accept = timed_accept
+        first = first_token_clock(backend)
     sampling = Sampling()
 
     def turn(segments: list[str], budget: int) -> tuple[TurnOutput, float, float]:

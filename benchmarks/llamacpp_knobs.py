@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks.cpu import describe, llama_cpp_info
-from benchmarks.llamacpp import GGUF_KINDS, ROOT, peak_rss_mb
+from benchmarks.llamacpp import GGUF_KINDS, ROOT, first_token_clock, peak_rss_mb
 
 # The whole question of `benchmarks.llamacpp speed`: the tokens fed after the instruction
 # (the question, two observations of 500 tokens, the turns fed back) and those generated.
@@ -62,15 +62,7 @@ def measure(work: Path, kind: str, threads: int, ubatch: int, flash: str, kv: st
                               mmap=mmap == "on")
     context = backend.truncate(_text(work), prompt_tokens)
     ids = backend.context_ids([context])
-    first: list[float] = []
-    accept = backend._accept
-
-    def timed_accept(row, token):
-        if not first:
-            first.append(time.perf_counter())
-        return accept(row, token)
-
-    backend._accept = timed_accept
+    first = first_token_clock(backend)
     list(backend.stream(["warm up"], 2, Sampling()))
     first.clear()
     start = time.perf_counter()

@@ -39,9 +39,11 @@ from benchmarks.cpu import describe
 ASK = (True, 0.7, 1.0, 4, 3, 500, True)
 
 
+RUN_SECONDS = re.compile(r"· ([\d.]+) s ·")
+
+
 def settings(turns: int, turn_tokens: int) -> tuple:
     return (*ASK[:3], turns, ASK[4], turn_tokens, ASK[6])
-RUN_SECONDS = re.compile(r"· ([\d.]+) s ·")
 
 
 class Studio:
@@ -142,14 +144,14 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
     """4 visitors asking in turn for --soak-minutes: waits against runs."""
     deadline = time.monotonic() + 60 * args.soak_minutes
     waits, runs, errors = [], [], 0
+    how = settings(args.turns, args.turn_tokens)
     lock = threading.Lock()
 
     def visitor(k: int) -> None:
         nonlocal errors
         n = k
         while time.monotonic() < deadline:
-            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model,
-                                         settings(args.turns, args.turn_tokens))
+            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model, how)
             n += 4
             with lock:
                 if error or run is None:
