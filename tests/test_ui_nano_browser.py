@@ -87,6 +87,32 @@ def test_compare_untouched_shows_the_pair_answering_its_default_as_they_really_d
     page.context.close()
 
 
+def test_compare_table_row_names_stay_whole_at_1000_px(browser, studio_url):
+    """At 1000 px the long model labels squeezed the summary table's first column until its
+    row names broke inside words ('Answe / r', 'Search / es'): each must sit on one line."""
+    from playwright.sync_api import expect
+
+    page = browser.new_context(viewport={"width": 1000, "height": 1100}).new_page()
+    page.goto(studio_url)
+    page.get_by_role("tab", name="Compare").click()
+    page.locator("#compare-button").click()
+    table = page.locator("#compare-table")
+    expect(table).to_contain_text("Searches", timeout=60_000)
+    expect(table).not_to_contain_text("running", timeout=120_000)
+    lines = table.locator("tbody tr td:first-child").evaluate_all(
+        """cells => cells.map(cell => {
+            const range = document.createRange();
+            range.selectNodeContents(cell);
+            const tops = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+            return [cell.innerText.trim(), tops.size];
+        })""")
+    assert [name for name, _ in lines] == ["Model", "Answer", "Searches", "Tokens", "Time",
+                                           "Ended"]
+    assert all(count == 1 for _, count in lines), lines
+    page.screenshot(path=str(ARTIFACTS / "nano-compare-1000.png"), full_page=True)
+    page.context.close()
+
+
 def test_python_app_offline_answers_with_the_nano_agent(browser, studio_url):
     from playwright.sync_api import expect
 

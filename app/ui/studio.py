@@ -24,7 +24,8 @@ _FONTS = "static/fonts"  # Gradio serves its bundled fonts here (its own CSS use
 # from a fallback font ("Search-Agent" with an odd "A"), and bold monospace fell back to a
 # wider font. The studio's own families use the full Regular and Bold files for every
 # weight. Table headers use the proportional one: a column sized for its values then fits
-# its header's words whole ("likelihood peak step" broke as "likelihoo d").
+# its header's words whole ("likelihood peak step" broke as "likelihoo d"). Compare's row
+# names keep to one line: long model labels squeezed them into "Answe / r" at 1000 px.
 STUDIO_CSS = f"""
 @font-face {{ font-family: "Studio Sans"; font-weight: 100 500; font-style: normal;
   src: url("{_FONTS}/SourceSansPro/SourceSansPro-Regular.woff2") format("woff2"); }}
@@ -41,6 +42,7 @@ STUDIO_CSS = f"""
 .gradio-container table th, .gradio-container table th .header {{
   font-family: var(--font); overflow-wrap: break-word; word-break: normal;
 }}
+#compare-table td:first-child {{ white-space: nowrap; }}
 """
 
 
