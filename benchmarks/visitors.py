@@ -4,20 +4,29 @@ one question at a time in the same run.
     python -m benchmarks.visitors [--visitors 1,4,10,20] [--soak-minutes 10]
                                   [--model nano] [--questions assets/naturalqa/test.jsonl]
                                   [--turns 4] [--turn-tokens 500]
+                                  [--client http|gradio_client]
 
 For each way of serving (`--max-batch 16`, the default, and `--max-batch 1`, one question
 of a model at a time as before batching) it starts `python app.py` offline on a loopback
 port and:
 1. asks the first 20 questions one at a time: the one-visitor latency, and each question's
    trajectory alone (the reference every later answer is checked against);
-2. for each count in --visitors, that many visitors at once (a gradio_client each, each its
-   own question): p50 / p95 / max seconds to the final answer, errors, how many trajectories
-   equal their question's alone (each visitor got their own answer), the app's peak RSS;
+2. for each count in --visitors, that many visitors at once, each its own question, all
+   asking at the same moment: p50 / p95 / max seconds from the ask to the final answer,
+   errors, how many trajectories equal their question's alone (each visitor got their own
+   answer), the app's peak RSS and CPU seconds, and the visitors' own CPU seconds;
 3. with --soak-minutes (batched serving only), 4 visitors asking again and again for that
    long: the longest wait before a question started (its latency less its run time, from
    the stats line) against the longest run.
 Goal: 20 visitors' p95 within 3x one visitor's p50, and in the soak no wait longer than twice
 the longest run. Prints the CPU the figures came from.
+
+A visitor (`--client`): `http` (the default) asks through Gradio's REST API
+(`POST /gradio_api/call/ask`, then its event stream read to the end), as a browser or curl
+does, reading only the final answer; `gradio_client` through a `gradio_client.Client`, which
+parses every streamed update in Python. Both run on this machine beside the studio, so what
+they spend is taken from it: a gradio_client per visitor costs far more (printed as the
+visitors' CPU seconds), which real visitors spend on their own machines.
 """
 
 from __future__ import annotations
@@ -77,26 +86,82 @@ class Studio:
         self._watching = False
         return self.peak
 
+    def cpu_seconds(self) -> float:
+        import psutil
+
+        times = psutil.Process(self.process.pid).cpu_times()
+        return times.user + times.system
+
     def close(self) -> None:
         stop_process(self.process)
 
 
-def ask(url: str, question: str, model: str,
-        how: tuple = ASK) -> tuple[float, str, float | None, str | None]:
+def ask(url: str, question: str, model: str, how: tuple = ASK,
+        client: str = "http") -> tuple[float, str, float | None, str | None]:
     """(seconds to the final answer, trajectory, run seconds from the stats line, error)."""
-    from gradio_client import Client
+    return _asker(client, url)(question, model, how)
 
-    client = Client(url, verbose=False)
-    started = time.perf_counter()
-    try:
-        chat, stats, raw, *_ = client.predict(question, model, *how, api_name="/ask")
-    except Exception as err:  # counted, not raised: an error is one of the figures
-        return time.perf_counter() - started, "", None, f"{type(err).__name__}: {err}"
-    seconds = time.perf_counter() - started
-    if "failed to load" in (stats or ""):  # the studio's answer is the reason, not a run
-        return seconds, "", None, f"the model failed to load: {stats}"
-    found = RUN_SECONDS.search(stats or "")
-    return seconds, raw or "", float(found.group(1)) if found else None, None
+
+def _asker(client: str, url: str):
+    """A visitor whose page is open: connected before it asks, as a browser that has loaded
+    the page; the returned function asks one question and waits for the final answer."""
+    if client == "gradio_client":
+        from gradio_client import Client
+
+        gradio = Client(url, verbose=False)
+
+        def outputs(question: str, model: str, how: tuple) -> list:
+            return list(gradio.predict(question, model, *how, api_name="/ask"))
+    else:
+        import httpx
+
+        http = httpx.Client(base_url=url.rstrip("/"), timeout=600)
+
+        def outputs(question: str, model: str, how: tuple) -> list:
+            event = http.post("/gradio_api/call/ask",
+                              json={"data": [question, model, *how]}).json()["event_id"]
+            kind, data = None, None
+            with http.stream("GET", f"/gradio_api/call/ask/{event}") as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("event: "):
+                        kind = line[len("event: "):]
+                    elif line.startswith("data: ") and kind in ("complete", "error"):
+                        data = line[len("data: "):]
+            if kind != "complete":
+                raise RuntimeError(f"the API answered {kind}: {data}")
+            return json.loads(data)
+
+    def one(question: str, model: str, how: tuple) -> tuple[float, str, float | None,
+                                                             str | None]:
+        started = time.perf_counter()
+        try:
+            _, stats, raw, *_ = outputs(question, model, how)
+        except Exception as err:  # counted, not raised: an error is one of the figures
+            return time.perf_counter() - started, "", None, f"{type(err).__name__}: {err}"
+        seconds = time.perf_counter() - started
+        if "failed to load" in (stats or ""):  # the studio's answer is the reason, not a run
+            return seconds, "", None, f"the model failed to load: {stats}"
+        found = RUN_SECONDS.search(stats or "")
+        return seconds, raw or "", float(found.group(1)) if found else None, None
+
+    return one
+
+
+def at_once(url: str, questions: list[str], model: str, how: tuple,
+            client: str) -> tuple[list[tuple], float]:
+    """Every question asked by its own visitor at the same moment (pages opened first);
+    (each visitor's `ask` result, the visitors' CPU seconds)."""
+    askers = [_asker(client, url) for _ in questions]
+    start = threading.Barrier(len(questions))
+    cpu = time.process_time()
+
+    def visitor(k: int) -> tuple:
+        start.wait()
+        return askers[k](questions[k], model, how)
+
+    with ThreadPoolExecutor(len(questions)) as pool:
+        results = list(pool.map(visitor, range(len(questions))))
+    return results, time.process_time() - cpu
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -108,24 +173,27 @@ def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
     studio = Studio(args.model, max_batch)
     how = settings(args.turns, args.turn_tokens)
     try:
-        ask(studio.url, questions[0], args.model, how)  # the model loaded and warm
+        ask(studio.url, questions[0], args.model, how, args.client)  # loaded and warm
         alone, latencies = {}, []
         studio.watch()
+        cpu = studio.cpu_seconds()
         for question in questions[:max(args.visitors)]:
-            seconds, trajectory, _, error = ask(studio.url, question, args.model, how)
+            seconds, trajectory, _, error = ask(studio.url, question, args.model, how,
+                                                args.client)
             alone[question] = trajectory if error is None else None
             latencies.append(seconds)
         rounds = {1: summary(latencies, [alone[q] is not None for q in alone], [],
-                             studio.unwatch())}
+                             studio.unwatch(), studio.cpu_seconds() - cpu, None)}
         for count in [c for c in args.visitors if c > 1]:
             studio.watch()
-            with ThreadPoolExecutor(count) as pool:
-                results = list(pool.map(lambda q: ask(studio.url, q, args.model, how),
-                                        questions[:count]))
+            cpu = studio.cpu_seconds()
+            results, visitors_cpu = at_once(studio.url, questions[:count], args.model, how,
+                                            args.client)
             own = [trajectory == alone.get(q) and trajectory != ""
                    for q, (_, trajectory, _, _) in zip(questions, results, strict=False)]
             rounds[count] = summary([r[0] for r in results], own,
-                                    [r[3] for r in results if r[3]], studio.unwatch())
+                                    [r[3] for r in results if r[3]], studio.unwatch(),
+                                    studio.cpu_seconds() - cpu, visitors_cpu)
         soak = (run_soak(studio.url, args, questions) if args.soak_minutes and max_batch > 1
                 else None)  # the soak: the studio as it serves (batched)
         return {"mode": mode, "rounds": rounds, "soak": soak}
@@ -133,11 +201,12 @@ def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
         studio.close()
 
 
-def summary(latencies: list[float], own: list[bool], errors: list[str], peak: int) -> dict:
+def summary(latencies: list[float], own: list[bool], errors: list[str], peak: int,
+            studio_cpu: float, visitors_cpu: float | None) -> dict:
     return {"p50": statistics.median(latencies), "p95": percentile(latencies, 0.95),
             "max": max(latencies), "errors": len(errors), "own": sum(own),
-            "asked": len(latencies), "peak_rss_gb": peak / 1e9,
-            "first_error": errors[0] if errors else None}
+            "asked": len(latencies), "peak_rss_gb": peak / 1e9, "studio_cpu_s": studio_cpu,
+            "visitors_cpu_s": visitors_cpu, "first_error": errors[0] if errors else None}
 
 
 def run_soak(url: str, args, questions: list[str]) -> dict:
@@ -150,8 +219,9 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
     def visitor(k: int) -> None:
         nonlocal errors
         n = k
+        asker = _asker(args.client, url)
         while time.monotonic() < deadline:
-            seconds, _, run, error = ask(url, questions[n % len(questions)], args.model, how)
+            seconds, _, run, error = asker(questions[n % len(questions)], args.model, how)
             n += 4
             with lock:
                 if error or run is None:
@@ -173,13 +243,17 @@ def run_soak(url: str, args, questions: list[str]) -> dict:
 def print_report(results: list[dict], args) -> None:
     print(f"{describe()}; model {args.model}; visitors {args.visitors}; at most "
           f"{args.turns} turns of {args.turn_tokens} tokens")
-    print("| serving | visitors | p50 s | p95 s | max s | errors | own answer | peak RSS |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"visitors ask through {args.client}; CPU seconds: the studio's, and the "
+          "visitors' own (on this machine too) in a round")
+    print("| serving | visitors | p50 s | p95 s | max s | errors | own answer | peak RSS | "
+          "studio CPU s | visitors' CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         for count, r in result["rounds"].items():
-            print(f"| {result['mode']} | {count} | {r['p50']:.1f} | {r['p95']:.1f} | "
-                  f"{r['max']:.1f} | {r['errors']} | {r['own']}/{r['asked']} | "
-                  f"{r['peak_rss_gb']:.2f} GB |")
+            theirs = "" if r["visitors_cpu_s"] is None else f"{r['visitors_cpu_s']:.1f}"
+            print(f"| {result['mode']} | {count} | {r['p50']:.2f} | {r['p95']:.2f} | "
+                  f"{r['max']:.2f} | {r['errors']} | {r['own']}/{r['asked']} | "
+                  f"{r['peak_rss_gb']:.2f} GB | {r['studio_cpu_s']:.1f} | {theirs} |")
     by_mode = {r["mode"]: r["rounds"] for r in results}
     top = max(args.visitors)
     for mode, rounds in by_mode.items():
@@ -210,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=Path,
                         default=ROOT / "assets" / "naturalqa" / "test.jsonl")
     parser.add_argument("--modes", default="batched,one at a time")
+    parser.add_argument("--client", choices=("http", "gradio_client"), default="http",
+                        help="how a visitor asks: Gradio's REST API read to its final "
+                             "answer (default), or a gradio_client.Client")
     parser.add_argument("--turns", type=int, default=ASK[3], help="Ask's turn limit")
     parser.add_argument("--turn-tokens", type=int, default=ASK[5],
                         help="Ask's tokens a turn (random-weight models never end a turn)")

@@ -200,6 +200,35 @@ def test_a_straggler_row_decodes_alone_and_matches_one_by_one(tiny_models):
     assert fed[0] <= new_for_straggler < backend.count_tokens("".join(after[3])) // 2
 
 
+def test_rows_of_unlike_lengths_fill_their_cache_by_group_and_match_one_by_one(tiny_models):
+    """Short first turns beside long contexts (visitors joining others at their documents):
+    each group of like length is computed on its own columns, not all rows at the padded
+    width, and every row's tokens are those it gets alone."""
+    backend = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    documents = protocol.observation(" ".join(["the old city lies on the wide river"] * 30))
+    contexts = [[protocol.build_prompt(q, backend.tokenizer)] + ([documents] if long else [])
+                for q, long in [("who wrote hamlet", False), ("speed of light", True),
+                                ("capital of peru", False), ("who painted it", True)]]
+    lengths = [len(backend.context_ids(c)) for c in contexts]
+    assert max(lengths) > 3 * min(lengths)
+    shapes: list[tuple[int, int]] = []
+    original = backend.model.forward
+
+    def forward(*args, **kwargs):
+        shapes.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    backend.model.forward = forward
+    outputs = backend.generate(contexts, [8] * 4, Sampling())
+    alone = TransformersBackend(str(tiny_models["random"]), reuse_cache=False)
+    for context, output in zip(contexts, outputs, strict=True):
+        assert output == list(alone.stream(context, 8, Sampling()))[-1]
+    prefills = [shape for shape in shapes if shape[1] > 1]
+    assert sorted(prefills) == [(2, max(lengths[0], lengths[2]) - 1),
+                                (2, max(lengths[1], lengths[3]) - 1)]
+    assert shapes.count((4, 1)) == 8  # then all four decode together, a column a step
+
+
 def test_two_loads_in_two_threads_take_turns(tiny_models, monkeypatch):
     """transformers' loader is not safe to run twice at once in one process: loads wait for
     each other, and both models come out whole."""

@@ -89,7 +89,24 @@ def test_visitors_benchmark_as_the_docs_give_it(tmp_path):
     (batched,) = json.loads(out.read_text())
     together = batched["rounds"]["3"]
     assert together["errors"] == 0 and together["own"] == together["asked"] == 3
+    assert together["studio_cpu_s"] > 0 and together["visitors_cpu_s"] > 0
     assert run.stdout.startswith("CPU: ") and "x one visitor's p50" in run.stdout
+    assert "visitors ask through http" in run.stdout
+
+
+@pytest.mark.slow
+def test_visitors_benchmark_through_gradio_client(tmp_path):
+    """`--client gradio_client`: two visitors at once through gradio_client get their own
+    trajectories, the same as the REST API's."""
+    out = tmp_path / "figures.json"
+    run = subprocess.run([sys.executable, "-m", "benchmarks.visitors", "--visitors", "1,2",
+                          "--modes", "batched", "--client", "gradio_client", "--json",
+                          str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    (batched,) = json.loads(out.read_text())
+    together = batched["rounds"]["2"]
+    assert together["errors"] == 0 and together["own"] == together["asked"] == 2
+    assert "visitors ask through gradio_client" in run.stdout
 
 
 @pytest.mark.slow

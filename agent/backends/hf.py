@@ -91,6 +91,18 @@ class _BatchCache:
                 torch.cat([mask, chunk_mask.to(mask.dtype)], dim=1), self.cache)
 
 
+def like_lengths(lengths: Sequence[int], slack: float = 0.75) -> list[list[int]]:
+    """Row indices grouped so that within a group every row is at least `slack` of the
+    longest: padding then wastes at most a quarter of a group's computed positions."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if groups and lengths[i] >= slack * lengths[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
 def pick_device(device: str = "auto") -> str:
     import torch
 
@@ -414,14 +426,51 @@ class TransformersBackend(TokenizerText):
         return outputs
 
     def _new_batch(self, rows: list[list[int]]):
-        """(input_ids, mask, empty cache): left padding puts every next token in one column."""
+        """(input_ids, mask, cache): left padding puts every next token in one column. Rows
+        of unlike lengths (a visitor's first turn beside another's documents) get their
+        cache filled in groups of like length, up to the last column; else generate fills
+        it, computing every padded position too."""
         import torch
         from transformers import DynamicCache
 
         width = max(len(r) for r in rows)
         input_ids = torch.tensor([[self.pad_id] * (width - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        return input_ids, mask, DynamicCache(config=self.model.config)
+        groups = like_lengths([len(r) - 1 for r in rows])
+        if len(groups) == 1:
+            return input_ids, mask, DynamicCache(config=self.model.config)
+        return input_ids, mask, self._prefill_groups(input_ids, mask, groups)
+
+    def _prefill_groups(self, input_ids, mask, groups: list[list[int]]):
+        """A cache of every column but the last, each group of rows computed on its own
+        columns only; a row's positions come from its mask, as generate counts them."""
+        import torch
+        from transformers import DynamicCache
+
+        device, end = self.model.device, input_ids.shape[1] - 1
+        keys, values = None, None
+        for group in groups:
+            span = int(mask[group, :end].sum(dim=1).max())
+            if span == 0:  # rows of one token: nothing before their last
+                continue
+            part = mask[group, end - span:end]
+            out = self.model(input_ids=input_ids[group, end - span:end].to(device),
+                             attention_mask=part.to(device),
+                             position_ids=(part.cumsum(-1) - 1).clamp(min=0).to(device),
+                             use_cache=True, logits_to_keep=1)
+            layers = out.cache.layers
+            if keys is None:
+                keys = [layer.keys.new_zeros(len(mask), *layer.keys.shape[1:2], end,
+                                             layer.keys.shape[-1]) for layer in layers]
+                values = [layer.values.new_zeros(len(mask), *layer.values.shape[1:2], end,
+                                                 layer.values.shape[-1]) for layer in layers]
+            index = torch.tensor(group, device=keys[0].device)
+            for n, layer in enumerate(layers):
+                keys[n][index, :, end - span:] = layer.keys
+                values[n][index, :, end - span:] = layer.values
+        if keys is None:
+            return DynamicCache(config=self.model.config)
+        return DynamicCache(list(zip(keys, values, strict=True)), config=self.model.config)
 
     def _generate_rows(self, input_ids, mask, cache, budgets: Sequence[int],
                        sampling: Sampling):
