@@ -17,7 +17,10 @@ port and:
    answer), the app's peak RSS and CPU seconds, and the visitors' own CPU seconds;
 3. with --soak-minutes (batched serving only), 4 visitors asking again and again for that
    long: the longest wait before a question started (its latency less its run time, from
-   the stats line) against the longest run.
+   the stats line) against the longest run;
+4. (batched serving, after the studio has stopped) the same rounds without HTTP or Gradio:
+   the studio's ModelServer in this process, so the report says what the model itself needs
+   (`--no-model-alone` skips it).
 Goal: 20 visitors' p95 within 3x one visitor's p50, and in the soak no wait longer than twice
 the longest run. Prints the CPU the figures came from.
 
@@ -196,9 +199,43 @@ def serve(mode: str, max_batch: int, args, questions: list[str]) -> dict:
                                     studio.cpu_seconds() - cpu, visitors_cpu)
         soak = (run_soak(studio.url, args, questions) if args.soak_minutes and max_batch > 1
                 else None)  # the soak: the studio as it serves (batched)
-        return {"mode": mode, "rounds": rounds, "soak": soak}
     finally:
         studio.close()
+    alone = (model_alone(args, questions, max_batch) if max_batch > 1 and args.model_alone
+             else None)  # after the studio has gone: one copy of the model at a time
+    return {"mode": mode, "rounds": rounds, "soak": soak, "model_alone": alone}
+
+
+def model_alone(args, questions: list[str], max_batch: int) -> dict:
+    """The same rounds without HTTP or Gradio: the studio's `ModelServer` in this process
+    (the model loaded as `python app.py` loads it), one question alone (the median of
+    five), then every count in --visitors at once: what the model itself needs."""
+    from agent.config import backend_options, make_retriever
+    from agent.events import Finished
+    from app.__main__ import parse_args
+    from app.gguf_cache import studio_loader
+    from app.ui.controls import settings_from_controls
+    from app.ui.serving import ModelServer
+
+    studio_args = parse_args(["--model", args.model])
+    backend = studio_loader(backend_options(studio_args).load)(args.model)
+    server = ModelServer(lambda: backend, make_retriever(studio_args), lambda: None,
+                         lambda: None, max_batch)
+    how = settings_from_controls(*settings(args.turns, args.turn_tokens))
+
+    def answered(question: str) -> float:
+        started = time.perf_counter()
+        ticket = server.submit(question, how, threading.Event())
+        while not isinstance(ticket.events.get(), Finished):
+            pass
+        return time.perf_counter() - started
+
+    answered(questions[0])  # warm
+    figures = {1: statistics.median(answered(q) for q in questions[:5])}
+    for count in [c for c in args.visitors if c > 1]:
+        with ThreadPoolExecutor(count) as pool:
+            figures[count] = percentile(list(pool.map(answered, questions[:count])), 0.95)
+    return figures
 
 
 def summary(latencies: list[float], own: list[bool], errors: list[str], peak: int,
@@ -260,6 +297,13 @@ def print_report(results: list[dict], args) -> None:
         ratio = rounds[top]["p95"] / rounds[1]["p50"]
         print(f"{mode}: {top} visitors' p95 is {ratio:.1f}x one visitor's p50 "
               f"(goal <= 3x: {'met' if ratio <= 3 else 'not met'})")
+    alone = next((r for r in results if r.get("model_alone")), None)
+    if alone:
+        floor, one = alone["model_alone"], alone["rounds"][1]["p50"]
+        print(f"the model alone (batched in one process, no HTTP or Gradio): one question "
+              f"{floor[1]:.2f} s, {top} at once p95 {floor[top]:.2f} s "
+              f"({floor[top] / floor[1]:.1f}x), already {floor[top] / one:.1f}x the "
+              f"studio's one visitor: what serving cannot go below on this CPU")
     if {"batched", "one at a time"} <= set(by_mode):
         print(f"one at a time / batched, p95 at {top} visitors: "
               f"{by_mode['one at a time'][top]['p95'] / by_mode['batched'][top]['p95']:.2f}x")
@@ -290,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=ASK[3], help="Ask's turn limit")
     parser.add_argument("--turn-tokens", type=int, default=ASK[5],
                         help="Ask's tokens a turn (random-weight models never end a turn)")
+    parser.add_argument("--no-model-alone", dest="model_alone", action="store_false",
+                        help="skip the batched rounds without HTTP or Gradio (in this "
+                             "process) that show what the model itself needs")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     lines = args.questions.read_text(encoding="utf-8").splitlines()

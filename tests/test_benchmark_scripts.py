@@ -92,6 +92,8 @@ def test_visitors_benchmark_as_the_docs_give_it(tmp_path):
     assert together["studio_cpu_s"] > 0 and together["visitors_cpu_s"] > 0
     assert run.stdout.startswith("CPU: ") and "x one visitor's p50" in run.stdout
     assert "visitors ask through http" in run.stdout
+    alone = batched["model_alone"]  # the same rounds in process: what the model needs
+    assert alone["1"] > 0 and alone["3"] > 0 and "the model alone" in run.stdout
 
 
 @pytest.mark.slow
