@@ -24,8 +24,8 @@ from curves.runs import CANONICAL_BY_ID, TrainingRun, resolve_metrics
 from curves.seeds import BANDS, mean_band, seed_groups
 
 # Warm colours for GRPO, cool for LLDS, so the two methods read apart when overlaid.
-_GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
-_LLDS_COLOURS = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#1b9e77", "#386cb0")
+GRPO_COLOURS = ("#d62728", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#b15928")
+LLDS_COLOURS = ("#1f77b4", "#2ca02c", "#17becf", "#9467bd", "#1b9e77", "#386cb0")
 
 MAX_SPIKE_MARKS = 200  # gradient-norm spikes marked per run: the largest ones
 ROUNDING_NOTE = ("Values from verl console logs are rounded to 3 decimals, which flattens "
@@ -74,9 +74,9 @@ _TEMPLATE = go.layout.Template(layout=dict(
     paper_bgcolor="white", plot_bgcolor="white", font=dict(color="#2a3f5f"),
     xaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8", linecolor="#EBF0F8"),
     yaxis=dict(gridcolor="#EBF0F8", zerolinecolor="#EBF0F8", linecolor="#EBF0F8"),
-    colorway=list(_GRPO_COLOURS + _LLDS_COLOURS),
+    colorway=list(GRPO_COLOURS + LLDS_COLOURS),
 ))
-_TEMPLATE_JSON = _TEMPLATE.to_plotly_json()
+TEMPLATE_JSON = _TEMPLATE.to_plotly_json()
 
 
 @dataclass
@@ -107,7 +107,7 @@ def run_colours(runs: Sequence[TrainingRun],
         if leader is not run and leader.name in colours:
             colours[run.name] = colours[leader.name]
             continue
-        palette = _LLDS_COLOURS if run.method == "LLDS" else _GRPO_COLOURS
+        palette = LLDS_COLOURS if run.method == "LLDS" else GRPO_COLOURS
         colours[run.name] = palette[counts.get(run.method, 0) % len(palette)]
         counts[run.method] = counts.get(run.method, 0) + 1
     return colours
@@ -221,7 +221,7 @@ def _layout(title: str, subtitle: str, x_range: tuple[float, float] | None,
                    subtitle=dict(text=subtitle, font=dict(size=11)) if subtitle else None,
                    xref="container", x=0, xanchor="left", yref="container", y=1.0,
                    yanchor="top", pad=dict(t=10, l=10)),
-        template=_TEMPLATE_JSON, height=top + PLOT_PX + bottom,
+        template=TEMPLATE_JSON, height=top + PLOT_PX + bottom,
         margin=dict(l=60, r=36, t=top, b=bottom),
         modebar=dict(orientation="v"),  # a column in the right margin, clear of the title
         hovermode="closest",

@@ -233,3 +233,48 @@ def test_titles_and_legends_fit_the_window_and_the_modebar_leaves_the_title(bund
         if bar is not None:
             covered = [b["text"] for b in found["titles"] if overlapping([bar, b])]
             assert covered == [], f"plot {index}: the modebar covers {covered}"
+
+
+@pytest.mark.parametrize("width", [1400, 1000])
+def test_the_confirmation_shows_survival_and_anchor_plots(browser, app_url, width):
+    """Picking the confirmation: how many runs of each method stand at each step (its runs
+    and the exploratory ones, told apart) and each run's anchor change by method, from the
+    shipped logs, every title and legend name inside the window."""
+    from playwright.sync_api import expect
+
+    from agent.testing import ROOT
+    from app.ui.curves_tab import CONFIRMATION
+    from nano.experiments.confirm import read_runs
+
+    runs = {cohort: [r for r in read_runs(ROOT / "assets" / "nano-runs" / folder) if r.judged]
+            for cohort, folder in (("confirmatory", "confirm/runs"),
+                                   ("exploratory", "collapse"))}
+    context = browser.new_context(viewport={"width": width, "height": 1100})
+    page = context.new_page()
+    page.goto(app_url)
+    open_tab(page, "Training curves")
+    page.locator("#curves-group input").click()
+    page.get_by_role("option", name=CONFIRMATION).click()
+    survival = page.locator("#curves-survival .js-plotly-plot")
+    anchor = page.locator("#curves-anchor .js-plotly-plot")
+    expect(survival).to_be_visible(timeout=120_000)
+    expect(anchor).to_be_visible()
+    page.wait_for_timeout(1500)  # plotly lays its legend out after the first paint
+    legend = " ".join(survival.locator(".legend text").all_text_contents())
+    for cohort, readings in runs.items():
+        for method in ("GRPO", "LLDS-A"):
+            ran = [r for r in readings if r.method == method]
+            standing = sum(not r.collapsed for r in ran)
+            assert f"{method}, {cohort} ({standing} of {len(ran)} standing)" in legend
+    measured = sum(r.anchor_change is not None for rs in runs.values() for r in rs)
+    assert anchor.locator(".scatterlayer .point").count() == measured
+    for plot in (survival, anchor):
+        found = plot.evaluate(TEXT_BOXES)
+        assert found["titles"], "a plot without its title"
+        for box in found["texts"] + found["titles"]:
+            assert box["left"] >= -1 and box["right"] <= found["width"] + 1, \
+                f"{box['text']!r} runs off the window"
+    # The other plots still show the confirmation's runs, and the sentence says where it is.
+    expect(page.locator("#curves-messages")).to_contain_text("The pre-registered verdict")
+    page.screenshot(path=str(ARTIFACTS / f"curves-confirmation-{width}.png"), full_page=True)
+    context.close()

@@ -88,7 +88,37 @@ def confirmation_findings(runs_dir: Path) -> str:
     said = ", ".join(f"{m} collapsed in {sum(r.collapsed for r in runs)} of {len(runs)}"
                      for m, runs in counts.items() if runs)
     return (f"{len(readings)} of its runs have ended so far: {said}. The pre-registered "
-            "verdict waits for all of them.")
+            "verdict waits for all of them. The two pictures below set them beside the "
+            "exploratory runs (lr 3e-4, seeds 0-4): how many runs of each method stand at "
+            "each step, and each run's anchor change.")
+
+
+CONFIRMATION = BUNDLED_GROUPS[1][0]  # the experiment shown with its survival and anchor plots
+
+
+@functools.cache
+def experiment_outcomes(root: Path = BUNDLED_RUNS) -> tuple:
+    """The collapse experiment's runs (the exploratory set) and the confirmation's ended
+    runs, each read by the confirmation's pre-registered rules; read once a process."""
+    from curves.experiment_plots import RunOutcome
+    from nano.experiments.confirm import read_runs
+
+    return tuple(RunOutcome(r.name, r.method, cohort, r.collapse_at, r.anchor_change)
+                 for folder, cohort in (("collapse", "exploratory"),
+                                        ("confirm/runs", "confirmatory"))
+                 for r in read_runs(root / folder) if r.judged)
+
+
+def experiment_figures(root: Path = BUNDLED_RUNS) -> tuple | None:
+    """(survival figure, anchor figure) of the exploratory and confirmatory runs; None
+    before any has ended."""
+    from curves.experiment_plots import anchor_figure, survival_figure
+    from nano.experiments.confirm import END, WINDOW
+
+    outcomes = experiment_outcomes(root)
+    if not outcomes:
+        return None
+    return survival_figure(outcomes, END), anchor_figure(outcomes, WINDOW)
 
 
 def group_findings(label: str, root: Path | None = None) -> str:
@@ -335,6 +365,9 @@ class CurvesTab:
                                          elem_id="curves-analyze")
         # Results first, in plain words; what each run did and how, folded below them.
         self.messages = gr.Markdown("", elem_id="curves-messages")
+        with gr.Row():  # the confirmation's two pictures, shown with that experiment
+            self.experiment = [gr.Plot(visible=False, show_label=False, elem_id=elem_id)
+                               for elem_id in ("curves-survival", "curves-anchor")]
         # No block label: the figure has its title, which the label box sat on top of.
         self.plots = [gr.Plot(visible=False, show_label=False) for _ in range(PLOT_SLOTS)]
         # Hidden until there is a result (an empty table shows placeholder headers).
@@ -358,7 +391,8 @@ class CurvesTab:
 
         paths = [p if isinstance(p, str) else getattr(p, "name", str(p))
                  for p in (paths or [])]
-        update = {plot: gr.update(visible=False, value=None) for plot in self.plots}
+        update = {plot: gr.update(visible=False, value=None)
+                  for plot in [*self.plots, *self.experiment]}
         hidden = gr.update(visible=False, value=None)
         if not paths:
             return {**update, self.messages: "Upload one or more training logs.",
@@ -407,6 +441,9 @@ class CurvesTab:
             problems.append(f"- {len(result.panels) - len(shown)} more panels are not shown.")
         for plot, panel in zip(self.plots, shown, strict=False):
             update[plot] = gr.update(visible=True, value=panel.figure, label=panel.title)
+        if bundled and group == CONFIRMATION and (figures := experiment_figures()):
+            for plot, figure in zip(self.experiment, figures, strict=True):
+                update[plot] = gr.update(visible=True, value=figure)
         if bundled:
             text, details = self.bundled_text(result, group)
         else:
@@ -515,7 +552,7 @@ class CurvesTab:
         inputs = [self.files, self.labels, self.smoothing, self.annotate, self.seeds,
                   self.aliases, self.marked]
         outputs = [self.messages, self.details, self.summary, self.labels, self.guessed,
-                   self.marked, *self.plots]
+                   self.marked, *self.plots, *self.experiment]
         bundled_inputs = [self.group, self.smoothing, self.annotate, self.seeds]
         self.try_bundled.click(self.load_bundled, bundled_inputs,
                                [*outputs, self.files, self.showing_bundled],
