@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from curves.experiment_plots import RunOutcome, anchor_figure, standing, survival_figure
 
 RUNS = [RunOutcome("g1", "GRPO", "confirmatory", 15, -4.1),
@@ -36,3 +38,28 @@ def test_anchor_strip_has_a_point_a_measured_run_and_axes_that_hold_them():
     low, high = figure.layout.yaxis.range
     assert low <= -4.1 and high >= 0.4
     assert "steps 20-30" in figure.layout.title.text
+
+
+def test_the_tab_gives_the_verdict_once_every_registered_run_has_ended(tmp_path):
+    """Twenty run folders written here (GRPO's anchor falls and it collapses in 7 of 10,
+    LLDS-A's holds and it never does): the tab's sentence is the verdict's two tests as the
+    verdict script prints them; with one run still going it says the verdict waits."""
+    from app.ui.curves_tab import confirmation_findings
+    from nano.experiments.confirm import read_runs, verdict
+    from tests.test_collapse_verdict import rows
+    from tests.test_confirm import write_run
+
+    for seed in range(101, 111):
+        write_run(tmp_path, "grpo", seed, rows(fall=(40, 80), anchor_from=10) if seed < 108
+                  else rows(anchor_from=10))
+        write_run(tmp_path, "llds-a", seed, rows())
+    said = confirmation_findings(tmp_path)
+    lines = verdict(read_runs(tmp_path))
+    h1 = next(line for line in lines if line.startswith("H1 ("))
+    h2 = next(line for line in lines if line.startswith("H2 ("))
+    assert said.startswith("All 20 runs have ended; the pre-registered verdict")
+    assert f"{h1}. {h2}." in said and "GRPO 7 of 10, LLDS-A 0 of 10" in said
+    (tmp_path / "llds-a-lr5e-4-seed110" / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows(steps=40)))
+    assert "The pre-registered verdict waits for all of them" in confirmation_findings(
+        tmp_path)

@@ -77,13 +77,22 @@ SWEEP_FINDINGS = (
     "(validation 0 of 48 at step 50). It is what started the collapse experiment.")
 
 
-def confirmation_findings(runs_dir: Path) -> str:
-    """Where the confirmation stands, from its shipped logs (the verdict waits for all)."""
-    from nano.experiments.confirm import read_runs
+CONFIRMATION_RUNS = 20  # registered: seeds 101-110, GRPO and LLDS-A
 
-    readings = [r for r in read_runs(runs_dir) if r.judged]
+
+def confirmation_findings(runs_dir: Path) -> str:
+    """Where the confirmation stands, from its shipped logs: once all its runs have ended,
+    the verdict's two tests as `python -m nano.experiments.confirm` prints them."""
+    from nano.experiments.confirm import read_runs, verdict
+
+    every = read_runs(runs_dir)
+    readings = [r for r in every if r.judged]
     if not readings:
         return ""
+    if len(readings) >= CONFIRMATION_RUNS and len(readings) == len(every):
+        tests = [line for line in verdict(readings) if line.startswith(("H1 (", "H2 ("))]
+        return (f"All {len(readings)} runs have ended; the pre-registered verdict (Holm's "
+                "correction over the two tests): " + " ".join(f"{t}." for t in tests))
     counts = {m: [r for r in readings if r.method == m] for m in ("GRPO", "LLDS-A")}
     said = ", ".join(f"{m} collapsed in {sum(r.collapsed for r in runs)} of {len(runs)}"
                      for m, runs in counts.items() if runs)
